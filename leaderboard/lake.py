@@ -1,0 +1,224 @@
+"""The lake layout and the landing writer.
+
+Every write is temp file + fsync + rename, so a reader sees a whole file or nothing. A landing
+writer owns a seq counter that it advances durably *before* it writes, so a crash between the
+write and the rename burns that seq instead of reusing it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from leaderboard.schema import LANDED_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP
+from leaderboard.timeutil import to_utc
+
+__all__ = [
+    "ROW_GROUP_SIZE",
+    "LandedFile",
+    "LandingWriter",
+    "WriterBusy",
+    "atomic_write_bytes",
+    "atomic_write_parquet",
+    "events_dir",
+    "fsync_dir",
+    "landed_files",
+    "parse_landed_name",
+    "quarantine_dir",
+]
+
+ROW_GROUP_SIZE = 128 * 1024
+_WRITER = re.compile(r"^[a-z0-9_]{1,32}$")
+_PART = re.compile(r"^part-([a-z0-9_]{1,32})-(\d{12})\.parquet$")
+
+
+class WriterBusy(RuntimeError):
+    """Another process holds this writer id."""
+
+
+def events_dir(lake: Path) -> Path:
+    return lake / "events"
+
+
+def quarantine_dir(lake: Path) -> Path:
+    return lake / "quarantine"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _temp_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def atomic_write_bytes(target: Path, payload: bytes) -> None:
+    """Write `payload` to `target` atomically (temp + fsync + rename + dir fsync)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = _temp_path(target)
+    with open(temp, "wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, target)
+    fsync_dir(target.parent)
+
+
+def atomic_write_parquet(table: pa.Table, target: Path, *, sort_by: str | None = None) -> int:
+    """Write a Parquet file atomically (zstd, row groups sized for pruning); returns its bytes."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if sort_by is not None and table.num_rows > 1:
+        table = table.sort_by(sort_by)
+    temp = _temp_path(target)
+    pq.write_table(table, temp, compression="zstd", row_group_size=ROW_GROUP_SIZE,
+                   write_statistics=True)
+    with open(temp, "rb+") as handle:
+        os.fsync(handle.fileno())
+    size = temp.stat().st_size
+    os.replace(temp, target)
+    fsync_dir(target.parent)
+    return size
+
+
+@dataclass(frozen=True, order=True)
+class LandedFile:
+    """One landed micro-batch."""
+
+    writer: str
+    seq: int
+    ingest_date: date
+    path: Path
+    rows: int = -1
+
+
+def parse_landed_name(path: Path) -> tuple[str, int] | None:
+    match = _PART.match(path.name)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def landed_files(lake: Path, *, kind: str = "events") -> list[LandedFile]:
+    """Every landed file, by (writer, seq); temp files and foreign files are ignored."""
+    root = lake / kind
+    found = []
+    if not root.is_dir():
+        return []
+    for part in root.glob("ingest_date=*/part-*.parquet"):
+        parsed = parse_landed_name(part)
+        if parsed is None:
+            continue
+        day = date.fromisoformat(part.parent.name.removeprefix("ingest_date="))
+        found.append(LandedFile(parsed[0], parsed[1], day, part))
+    return sorted(found)
+
+
+class LandingWriter:
+    """Lands validated micro-batches for one writer id; never reuses a seq, even after a crash.
+
+    One process at a time may hold a writer id (an exclusive lock on its seq file).
+    """
+
+    def __init__(self, lake: Path, writer: str) -> None:
+        if not _WRITER.match(writer):
+            raise ValueError(f"writer id {writer!r} must be 1-32 chars of [a-z0-9_]")
+        self.lake = Path(lake)
+        self.writer = writer
+        state = self.lake / "writers"
+        state.mkdir(parents=True, exist_ok=True)
+        self._seq_path = state / f"{writer}.seq"
+        self._lock = open(state / f"{writer}.lock", "a+")  # noqa: SIM115 - held for life
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise WriterBusy(
+                f"landing writer {writer!r} is held by another process; use another writer id"
+            ) from None
+        self._next = self._recover_next_seq()
+
+    def _recover_next_seq(self) -> int:
+        counted = 0
+        if self._seq_path.exists():
+            text = self._seq_path.read_text().strip()
+            counted = int(text) if text.isdigit() else 0
+        on_disk = max((f.seq + 1 for kind in ("events", "quarantine")
+                       for f in landed_files(self.lake, kind=kind) if f.writer == self.writer),
+                      default=0)
+        return max(counted, on_disk)
+
+    def close(self) -> None:
+        if not self._lock.closed:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+
+    def __enter__(self) -> LandingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def next_seq(self) -> int:
+        return self._next
+
+    def _reserve(self) -> int:
+        """Durably advance the counter before writing, so this seq is never handed out again."""
+        seq = self._next
+        atomic_write_bytes(self._seq_path, str(seq + 1).encode())
+        self._next = seq + 1
+        return seq
+
+    def _target(self, kind: str, day: date, seq: int) -> Path:
+        return (self.lake / kind / f"ingest_date={day.isoformat()}"
+                / f"part-{self.writer}-{seq:012d}.parquet")
+
+    def land(self, events: pa.Table, ingested_at: datetime | pa.Array) -> list[LandedFile]:
+        """Land validated events (EVENT_SCHEMA), stamping ingested_at.
+
+        A scalar stamp gives one file; per-row stamps (backfills) give one file per ingest date.
+        Rows are sorted by event_time inside the file for row-group pruning.
+        """
+        return self._write_stamped(events, ingested_at, "events", LANDED_SCHEMA, "event_time")
+
+    def quarantine(self, rejected: pa.Table, ingested_at: datetime) -> list[LandedFile]:
+        """Keep rejected rows with their reasons (QUARANTINE_SCHEMA without ingested_at)."""
+        return self._write_stamped(rejected, ingested_at, "quarantine", QUARANTINE_SCHEMA, None)
+
+    def _write_stamped(self, table: pa.Table, ingested_at: datetime | pa.Array, kind: str,
+                       schema: pa.Schema, sort_by: str | None) -> list[LandedFile]:
+        if table.num_rows == 0:
+            return []
+        if isinstance(ingested_at, datetime):
+            stamp = to_utc(ingested_at)
+            stamped = table.append_column(
+                "ingested_at", pa.array(np.full(table.num_rows, np.datetime64(
+                    stamp.replace(tzinfo=None), "us")), TIMESTAMP)).select(schema.names).cast(schema)
+            groups: list[tuple[date, pa.Table]] = [(stamp.date(), stamped)]
+        else:
+            stamps = pc.cast(ingested_at, TIMESTAMP)
+            stamped = table.append_column("ingested_at", stamps).select(schema.names).cast(schema)
+            days = pc.cast(stamps, pa.date32())
+            groups = []
+            for day in sorted(pc.unique(days).to_pylist()):
+                groups.append((day, stamped.filter(pc.equal(days, pa.scalar(day, pa.date32())))))
+        written = []
+        for day, part in groups:
+            seq = self._reserve()
+            target = self._target(kind, day, seq)
+            atomic_write_parquet(part, target, sort_by=sort_by)
+            written.append(LandedFile(self.writer, seq, day, target, part.num_rows))
+        return written
+

