@@ -24,6 +24,7 @@ from leaderboard.schema import LANDED_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP
 from leaderboard.timeutil import to_utc
 
 __all__ = [
+    "BACKFILL_FILE_ROWS",
     "ROW_GROUP_SIZE",
     "LandedFile",
     "LandingWriter",
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 ROW_GROUP_SIZE = 128 * 1024
+BACKFILL_FILE_ROWS = 1_000_000
 _WRITER = re.compile(r"^[a-z0-9_]{1,32}$")
 _PART = re.compile(r"^part-([a-z0-9_]{1,32})-(\d{12})\.parquet$")
 
@@ -188,8 +190,9 @@ class LandingWriter:
     def land(self, events: pa.Table, ingested_at: datetime | pa.Array) -> list[LandedFile]:
         """Land validated events (EVENT_SCHEMA), stamping ingested_at.
 
-        A scalar stamp gives one file; per-row stamps (backfills) give one file per ingest date.
-        Rows are sorted by event_time inside the file for row-group pruning.
+        A scalar stamp gives one file in that day's partition. Per-row stamps (backfills) give
+        files of at most BACKFILL_FILE_ROWS rows, each in the partition of its earliest stamp.
+        Rows are sorted by event_time inside a live file for row-group pruning.
         """
         return self._write_stamped(events, ingested_at, "events", LANDED_SCHEMA, "event_time")
 
@@ -208,12 +211,18 @@ class LandingWriter:
                     stamp.replace(tzinfo=None), "us")), TIMESTAMP)).select(schema.names).cast(schema)
             groups: list[tuple[date, pa.Table]] = [(stamp.date(), stamped)]
         else:
+            # Backfill: per-row stamps. A file sits in the partition of its *earliest* stamp,
+            # so pruning by `ingest_date <= D` never misses a row with ingested_at < D+1;
+            # readers filter rows by ingested_at. Chunks by row count, not by day, so a
+            # century of history lands as a few files, not one per day.
             stamps = pc.cast(ingested_at, TIMESTAMP)
-            stamped = table.append_column("ingested_at", stamps).select(schema.names).cast(schema)
-            days = pc.cast(stamps, pa.date32())
+            stamped = (table.append_column("ingested_at", stamps).select(schema.names)
+                       .cast(schema).sort_by("ingested_at"))
             groups = []
-            for day in sorted(pc.unique(days).to_pylist()):
-                groups.append((day, stamped.filter(pc.equal(days, pa.scalar(day, pa.date32())))))
+            for offset in range(0, stamped.num_rows, BACKFILL_FILE_ROWS):
+                part = stamped.slice(offset, BACKFILL_FILE_ROWS)
+                first = part.column("ingested_at")[0].as_py()
+                groups.append((first.date(), part))
         written = []
         for day, part in groups:
             seq = self._reserve()

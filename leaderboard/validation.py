@@ -29,6 +29,7 @@ _MATCH_ID_MAX = 128
 
 #: Every reason code a rejected row can carry, in the order the checks run.
 REASONS: dict[str, str] = {
+    "unparseable": "a line or record of the input file could not be parsed",
     "missing_field": "a required field is absent or null",
     "bad_type": "a field has a value of the wrong type",
     "bad_match_id": "match_id is empty, too long or has control characters",
@@ -214,14 +215,15 @@ def validate_events(
     registry: Registry,
     *,
     now: datetime,
-    ingested_at: datetime | pa.Array | pa.ChunkedArray | None = None,
+    ingested_at: datetime | pa.Array | pa.ChunkedArray | str | None = None,
     default_server_id: str | None = None,
     source: str = "",
 ) -> Validated:
     """Validate a batch of raw events against the registry.
 
     `now` is the landing clock (for the future check); `ingested_at` is when the rows land
-    (a scalar, or one value per row for backfills; defaults to `now`) for the lateness rule.
+    (a scalar, one value per row, or "event_time" for backfills, where each row is stamped
+    with its own event_time; defaults to `now`) for the lateness rule.
     Columns may be typed or text (CSV/JSON); unknown columns are ignored.
     """
     n = table.num_rows
@@ -230,6 +232,11 @@ def validate_events(
     for name in INPUT_FIELDS:
         if name in table.column_names:
             columns[name] = table.column(name)
+            if (name == "server_id" and default_server_id is not None
+                    and (_is_text(columns[name].type) or pa.types.is_null(columns[name].type))):
+                # server_id is optional in files: rows without one get the default.
+                columns[name] = pc.fill_null(pc.cast(columns[name], pa.string()),
+                                             default_server_id)
         elif name == "server_id" and default_server_id is not None:
             columns[name] = pa.chunked_array([pa.array([default_server_id] * n, pa.string())])
         else:
@@ -279,7 +286,11 @@ def validate_events(
 
     if ingested_at is None:
         ingested_at = now
-    if isinstance(ingested_at, datetime):
+    if isinstance(ingested_at, str):
+        if ingested_at != "event_time":
+            raise ValueError(f"ingested_at={ingested_at!r}: only 'event_time' is a valid name")
+        landed = micros
+    elif isinstance(ingested_at, datetime):
         landed = np.full(n, _micros(ingested_at), dtype=np.int64)
     else:
         landed = _to_micros(ingested_at)

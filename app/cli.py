@@ -1,0 +1,217 @@
+"""The `leaderboard` command: one entry point for people, demos and operators.
+
+Usage: leaderboard [--data DIR] [--config REGISTRY] [--now ISO] COMMAND ...
+
+Exit codes: 0 done (rows may still have been rejected: see the report), 1 an input could not
+be read or a step failed, 2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from leaderboard.registry import RegistryError
+from leaderboard.settings import Settings, SettingsError
+
+__all__ = ["main"]
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class UsageError(Exception):
+    """Bad usage or configuration: exit code 2 with the message."""
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env(
+        data_dir=getattr(args, "data", None), config=getattr(args, "config", None),
+        redis_url=getattr(args, "redis_url", None), engine=getattr(args, "engine", None),
+        now_override=getattr(args, "now", None),
+    )
+    settings.registry  # noqa: B018 - validate the registry before any work starts
+    return settings
+
+
+def _print_reasons(title: str, reasons: dict[str, int]) -> None:
+    if not reasons:
+        return
+    table = Table(title=title, title_justify="left")
+    table.add_column("reason")
+    table.add_column("rows", justify="right")
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:10]:
+        table.add_row(reason, f"{count:,}")
+    out.print(table)
+
+
+# -- generate ---------------------------------------------------------------------------------
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from app.generate import GenerateSpec, generate_season
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    settings = _settings(args)
+    start = date.fromisoformat(args.start) if args.start else (
+        settings.now().date() - timedelta(days=args.days))
+    spec = GenerateSpec(players=args.players, days=args.days, events_per_day=args.events_per_day,
+                        start=start, seed=args.seed, dirty=args.dirty, writer=args.writer)
+    with Progress(TextColumn("generating"), BarColumn(), TextColumn("{task.completed:,} rows"),
+                  TimeRemainingColumn(), console=err, transient=True) as progress:
+        task = progress.add_task("generate", total=spec.days * spec.events_per_day)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        report = generate_season(spec, settings.registry, settings.lake_dir, progress=advance)
+    summary = {
+        "players": spec.players, "days": spec.days, "start": spec.start.isoformat(),
+        "events": report.events, "rows": report.rows, "accepted": report.accepted,
+        "rejected": report.rejected, "duplicates_in_batch": report.duplicates_in_batch,
+        "files": report.files, "quarantine_files": report.quarantine_files,
+        "seconds": round(report.seconds, 3),
+        "events_per_second": round(report.rows / report.seconds) if report.seconds else None,
+        "reasons": report.reasons, "lake": str(settings.lake_dir),
+    }
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    out.print(f"generated {report.rows:,} rows ({report.events:,} clean events, "
+              f"{spec.players:,} players, {spec.days} days from {spec.start}) in "
+              f"{report.seconds:.1f} s = {summary['events_per_second'] or 0:,} rows/s")
+    out.print(f"landed {report.accepted:,} events in {report.files:,} files under "
+              f"{settings.lake_dir}; quarantined {report.rejected:,}; "
+              f"{report.duplicates_in_batch:,} in-batch retries dropped")
+    _print_reasons("quarantine reasons", report.reasons)
+    return 0
+
+
+# -- ingest -----------------------------------------------------------------------------------
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from app.sources import SourceError, read_source
+    from speed_layer.ingest import IngestReport, Ingestor, open_writer
+
+    settings = _settings(args)
+    total = IngestReport()
+    per_file: list[dict[str, Any]] = []
+    failures: list[str] = []
+    writer = open_writer(settings.lake_dir, args.writer)
+    try:
+        ingestor = Ingestor(settings.registry, writer)
+        for name in args.files:
+            path = Path(name)
+            try:
+                batch = read_source(path)
+            except SourceError as exc:
+                failures.append(str(exc))
+                err.print(f"[red]error:[/red] {exc}")
+                continue
+            report = ingestor.ingest(
+                batch.table, now=settings.now(), source=str(path), backfill=args.backfill,
+                default_server_id=args.server_id, unparseable=batch.unparseable,
+            )
+            total.add(report)
+            per_file.append({"file": str(path), "format": batch.format,
+                             "skipped": batch.skipped, **report.as_dict()})
+    finally:
+        writer.close()
+    if args.json:
+        print(json.dumps({"files": per_file, "total": total.as_dict(), "errors": failures}))
+    else:
+        for item in per_file:
+            extra = f", {item['skipped']:,} unplayed fixtures skipped" if item["skipped"] else ""
+            out.print(f"{item['file']} ({item['format']}): {item['rows']:,} rows, "
+                      f"{item['accepted']:,} accepted, {item['rejected']:,} rejected, "
+                      f"{item['duplicates']:,} in-batch retries dropped{extra}")
+        out.print(f"total: {total.accepted:,} accepted in {len(total.files)} landed file(s), "
+                  f"{total.rejected:,} quarantined" + (" (backfill)" if args.backfill else ""))
+        _print_reasons("top rejection reasons", dict(total.reasons))
+        if total.reasons.get("unknown_mode") or total.reasons.get("unknown_region"):
+            err.print("hint: rows name regions/modes the registry does not have; for the "
+                      "football results use --config football")
+    return 1 if failures else 0
+
+
+# -- demo ---------------------------------------------------------------------------------
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(_settings(args), args, out=out, err=err)
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    # SUPPRESS: a flag given before the command is not reset by the command's own parser.
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common.add_argument("--data", help="data dir (env LEADERBOARD_DATA, default ./data)")
+    common.add_argument("--config", help="board registry: TOML path or shipped name "
+                                         "(env LEADERBOARD_CONFIG, default: default)")
+    common.add_argument("--now", help="ISO 8601 instant replacing the wall clock "
+                                      "(env LEADERBOARD_NOW)")
+    parser = argparse.ArgumentParser(
+        prog="leaderboard", description="Lambda-architecture leaderboards: batch standings, "
+        "a Redis speed layer and merged rank queries.", parents=[common])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], text: str
+            ) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=text, description=text, parents=[common])
+        sub.set_defaults(handler=handler)
+        return sub
+
+    gen = add("generate", _cmd_generate, "Generate a deterministic synthetic season and land it.")
+    gen.add_argument("--players", type=int, default=10_000)
+    gen.add_argument("--days", type=int, default=7)
+    gen.add_argument("--events-per-day", type=int, default=100_000)
+    gen.add_argument("--start", help="first day YYYY-MM-DD (default: --days before today)")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--dirty", type=float, default=0.0,
+                     help="share of dirty rows: retries, late events, malformed rows")
+    gen.add_argument("--writer", default="gen", help="landing writer id")
+    gen.add_argument("--json", action="store_true")
+
+    ing = add("ingest", _cmd_ingest, "Validate, land and quarantine event files "
+                                     "(JSONL, CSV, Parquet, or the football results CSV).")
+    ing.add_argument("files", nargs="+", metavar="FILE")
+    ing.add_argument("--backfill", action="store_true",
+                     help="trusted historical import: ingested_at taken from event_time")
+    ing.add_argument("--server-id", default="file", help="server_id for rows without one")
+    ing.add_argument("--writer", default="cli", help="landing writer id")
+    ing.add_argument("--json", action="store_true")
+
+    demo = add("demo", _cmd_demo, "The main job on embedded defaults.")
+    demo.add_argument("--players", type=int, default=20_000)
+    demo.add_argument("--days", type=int, default=14)
+    demo.add_argument("--events-per-day", type=int, default=200_000)
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--dirty", type=float, default=0.02)
+    demo.add_argument("--fresh", action="store_true", help="delete the demo's lake first")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except (SettingsError, RegistryError, UsageError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

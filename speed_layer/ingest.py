@@ -1,0 +1,107 @@
+"""The ingest path: validate a batch, land the good rows durably, quarantine the rest.
+
+Every accepted row is in a landed file before this returns; every rejected row is in the
+quarantine with its reason; in-batch retries are counted, not landed. (Door idempotency
+across batches and the fold into Redis attach here.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
+from leaderboard.registry import Registry
+from leaderboard.validation import validate_events
+
+__all__ = ["IngestReport", "Ingestor", "open_writer"]
+
+
+@dataclass
+class IngestReport:
+    """What happened to one or more batches; adds up over calls."""
+
+    rows: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    files: list[LandedFile] = field(default_factory=list)
+    quarantine_files: list[LandedFile] = field(default_factory=list)
+
+    def add(self, other: IngestReport) -> None:
+        self.rows += other.rows
+        self.accepted += other.accepted
+        self.rejected += other.rejected
+        self.duplicates += other.duplicates
+        self.reasons.update(other.reasons)
+        self.files.extend(other.files)
+        self.quarantine_files.extend(other.quarantine_files)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rows": self.rows, "accepted": self.accepted, "rejected": self.rejected,
+            "duplicates": self.duplicates, "reasons": dict(self.reasons.most_common()),
+            "files": [str(f.path) for f in self.files],
+            "quarantine_files": [str(f.path) for f in self.quarantine_files],
+        }
+
+
+def open_writer(lake: Path, preferred: str) -> LandingWriter:
+    """The preferred writer id, or the first free `<preferred>_<n>` if another process has it."""
+    for attempt in range(16):
+        name = preferred if attempt == 0 else f"{preferred}_{attempt}"
+        try:
+            return LandingWriter(lake, name)
+        except WriterBusy:
+            continue
+    raise WriterBusy(f"writer ids {preferred} .. {preferred}_15 are all busy; pass another --writer")
+
+
+class Ingestor:
+    """Validate -> land -> quarantine for one landing writer."""
+
+    def __init__(self, registry: Registry, writer: LandingWriter) -> None:
+        self.registry = registry
+        self.writer = writer
+
+    def ingest(
+        self,
+        table: pa.Table,
+        *,
+        now: datetime,
+        source: str,
+        backfill: bool = False,
+        default_server_id: str | None = None,
+        unparseable: pa.Table | None = None,
+    ) -> IngestReport:
+        """Ingest one batch landed at `now`.
+
+        `backfill` (trusted historical imports) stamps ingested_at from event_time, so old
+        windows are not treated as late. `unparseable` rows (already in quarantine form) from
+        the reader are quarantined alongside.
+        """
+        ingested_at: datetime | pa.ChunkedArray = now
+        validated = validate_events(
+            table, self.registry, now=now, ingested_at="event_time" if backfill else now,
+            default_server_id=default_server_id, source=source,
+        )
+        if backfill:
+            ingested_at = validated.accepted.column("event_time")
+        rejected = validated.rejected
+        if unparseable is not None and unparseable.num_rows:
+            rejected = pa.concat_tables([rejected, unparseable.select(rejected.column_names)
+                                         .cast(rejected.schema)])
+        report = IngestReport(
+            rows=table.num_rows + (0 if unparseable is None else unparseable.num_rows),
+            accepted=validated.accepted.num_rows, rejected=rejected.num_rows,
+            duplicates=validated.duplicates, reasons=Counter(rejected.column("reason").to_pylist()),
+        )
+        report.files = self.writer.land(validated.accepted, ingested_at)
+        report.quarantine_files = self.writer.quarantine(rejected, now)
+        return report
+
