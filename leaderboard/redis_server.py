@@ -27,6 +27,8 @@ from types import TracebackType
 from typing import Any, Self
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 __all__ = [
     "EmbeddedRedis",
@@ -101,9 +103,21 @@ def _bind_failed(log_text: str) -> bool:
     return "Address already in use" in log_text
 
 
+def _control_client(port: int, timeout: float = 1.0) -> redis.Redis:
+    # No retries: redis-py's default retries a refused connection with seconds of backoff,
+    # and these clients poll servers that are starting or expect SHUTDOWN to drop them.
+    return redis.Redis(
+        host=_HOST,
+        port=port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
 def _server_info(port: int) -> dict[str, Any] | None:
     """INFO server and the server's dir, or None while it does not answer PING."""
-    client = redis.Redis(host=_HOST, port=port, socket_timeout=1.0, socket_connect_timeout=1.0)
+    client = _control_client(port)
     try:
         client.ping()
         info: dict[str, Any] = client.info("server")
@@ -184,7 +198,8 @@ class EmbeddedRedis:
             self.dir = Path(tempfile.mkdtemp(prefix="embedded-redis-"))
             weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
         else:
-            self.dir = Path(dir)
+            # Absolute: the server chdirs to its dir before it opens files named in it.
+            self.dir = Path(dir).resolve()
         self.appendonly = appendonly
         self.binary = binary or find_server_binary()
         self.startup_timeout = startup_timeout
@@ -252,11 +267,10 @@ class EmbeddedRedis:
                     f"starting on port {self.port}; last lines of {self.log_path}:\n"
                     f"{_log_tail(self.log_path, offset)}"
                 )
+            # Another server may answer on our port (ours then fails to bind): check the pid.
             info = _server_info(self.port)
-            if info is not None:
-                if info.get("process_id") == proc.pid:
-                    return
-                # Another server answered on our port: ours will fail to bind.
+            if info is not None and info.get("process_id") == proc.pid:
+                return
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(
@@ -272,7 +286,7 @@ class EmbeddedRedis:
         if proc is None:
             return
         if proc.poll() is None:
-            client = redis.Redis(host=_HOST, port=self.port, socket_timeout=timeout)
+            client = _control_client(self.port, timeout)
             try:
                 client.shutdown(nosave=True)
             except redis.exceptions.RedisError:
@@ -332,20 +346,48 @@ def _read_state(state_path: Path) -> dict[str, Any] | None:
     return state
 
 
-def _live_local_server(redis_dir: Path) -> dict[str, Any] | None:
-    """The state of the local server recorded in redis_dir if it is alive and is that one."""
+def _recorded_server(redis_dir: Path) -> tuple[int, int] | None:
+    """(pid, port) from server.json if that process is alive and looks like a Redis server."""
     state = _read_state(redis_dir / _STATE_NAME)
     if state is None:
         return None
     pid, port = state.get("pid"), state.get("port")
     if not isinstance(pid, int) or not isinstance(port, int) or not _pid_alive(pid):
         return None
-    info = _server_info(port)
-    if info is None or info.get("process_id") != pid:
+    # After a reboot the pid may belong to something else entirely. A server's title is
+    # "<binary> 127.0.0.1:<port>" (before it is set, its arguments, with the port), and it
+    # runs in its data dir.
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
         return None
-    if Path(str(info.get("dir"))).resolve() != redis_dir.resolve():
+    if str(port) not in cmdline or not ("redis" in cmdline or "valkey" in cmdline):
         return None
-    return state
+    if cwd.resolve() != redis_dir.resolve():
+        return None
+    return pid, port
+
+
+def _serves(info: dict[str, Any] | None, pid: int, redis_dir: Path) -> bool:
+    return (
+        info is not None
+        and info.get("process_id") == pid
+        and Path(str(info.get("dir"))).resolve() == redis_dir.resolve()
+    )
+
+
+def _wait_until_serving(pid: int, port: int, redis_dir: Path, timeout: float) -> bool:
+    """Wait for the process to answer PING on port for redis_dir (it may be loading its AOF)."""
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid):
+        info = _server_info(port)
+        if _serves(info, pid, redis_dir):
+            return True
+        if info is not None or time.monotonic() > deadline:
+            return False  # someone else answers on that port, or ours never does
+        time.sleep(0.02)
+    return False
 
 
 @contextlib.contextmanager
@@ -387,55 +429,75 @@ def ensure_local_server(data_dir: Path, *, startup_timeout: float = 60.0) -> str
     answers PING and serves that dir is reused, otherwise a new daemon is started (it
     outlives the calling process; `stop_local_server` ends it) and replays the AOF.
     """
-    redis_dir = Path(data_dir) / "redis"
+    # Absolute: the server chdirs to its dir before it opens the log and pid file.
+    redis_dir = Path(data_dir).resolve() / "redis"
+    state_path = redis_dir / _STATE_NAME
     with _locked(redis_dir):
-        state = _live_local_server(redis_dir)
-        if state is not None:
-            return _url(int(state["port"]))
-        previous = _read_state(redis_dir / _STATE_NAME) or {}
-        port = previous.get("port")
-        # Keep the previous port (and so the URL) when it is free.
-        if not isinstance(port, int) or not _port_is_free(port):
-            port = free_port()
-        binary = find_server_binary()
-        pid_path = redis_dir / _PID_NAME
-        log_path = redis_dir / _LOG_NAME
-        pid_path.unlink(missing_ok=True)
-        args = _server_args(binary, port, redis_dir, appendonly=True) + [
-            "--daemonize", "yes",
-            "--pidfile", str(pid_path),
-            "--logfile", str(log_path),
-        ]  # fmt: skip
-        # Errors before daemonizing (bad arguments) go to stderr: keep them in the log.
-        with log_path.open("ab") as log:
-            result = subprocess.run(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=False
-            )
-        if result.returncode != 0:
+        recorded = _recorded_server(redis_dir)
+        if recorded is not None:
+            pid, port = recorded
+            if _wait_until_serving(pid, port, redis_dir, startup_timeout):
+                return _url(port)
+        if recorded is not None and _pid_alive(recorded[0]):
+            # Starting a second server on the same append-only file would corrupt it.
             raise RuntimeError(
-                f"{binary} exited with code {result.returncode} starting the local server "
-                f"for {redis_dir}; last lines of {log_path}:\n{_log_tail(log_path)}"
+                f"the local Redis server recorded in {state_path} (pid {pid}) is running but "
+                f"does not answer PING on port {port} for {redis_dir}; see "
+                f"{redis_dir / _LOG_NAME}, then stop it (kill {pid}) and retry"
             )
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            pid = _read_pid(pid_path)
-            info = _server_info(port) if pid is not None else None
-            if info is not None and info.get("process_id") == pid:
+        previous = (_read_state(state_path) or {}).get("port")
+        # Keep the previous port, and so the URL, when it is still free.
+        port = previous if isinstance(previous, int) and _port_is_free(previous) else free_port()
+        binary = find_server_binary()
+        for attempt in range(3):
+            try:
+                pid = _start_daemon(binary, port, redis_dir, startup_timeout)
                 break
-            if pid is not None and not _pid_alive(pid) or time.monotonic() > deadline:
-                if pid is not None and _pid_alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                raise RuntimeError(
-                    f"the local Redis server for {redis_dir} (port {port}) did not answer "
-                    f"PING within {startup_timeout}s; last lines of {log_path}:\n"
-                    f"{_log_tail(log_path)}"
-                )
-            time.sleep(0.02)
-        _write_state(
-            redis_dir / _STATE_NAME,
-            {"port": port, "pid": pid, "url": _url(port), "binary": binary},
-        )
+            except _PortInUse:
+                if attempt == 2:
+                    raise RuntimeError(
+                        f"could not find a free port for the local Redis server of {redis_dir}"
+                    ) from None
+                port = free_port()
+        _write_state(state_path, {"port": port, "pid": pid, "url": _url(port), "binary": binary})
         return _url(port)
+
+
+def _start_daemon(binary: str, port: int, redis_dir: Path, timeout: float) -> int:
+    """Start a daemonized server with its AOF in redis_dir; return its pid once it serves."""
+    pid_path = redis_dir / _PID_NAME
+    log_path = redis_dir / _LOG_NAME
+    pid_path.unlink(missing_ok=True)
+    offset = _log_size(log_path)
+    daemon = ["--daemonize", "yes", "--pidfile", str(pid_path), "--logfile", str(log_path)]
+    args = _server_args(binary, port, redis_dir, appendonly=True, extra=daemon)
+    # Errors before daemonizing (bad arguments) go to stderr: keep them in the same log.
+    with log_path.open("ab") as log:
+        result = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{binary} exited with code {result.returncode} starting the local server for "
+            f"{redis_dir}; last lines of {log_path}:\n{_log_tail(log_path, offset)}"
+        )
+    # The pid file appears once the daemon listens, before it replays the AOF.
+    pid_deadline = time.monotonic() + min(timeout, 10.0)
+    while (pid := _read_pid(pid_path)) is None:
+        if _bind_failed(_log_since(log_path, offset)):
+            raise _PortInUse
+        if time.monotonic() > pid_deadline:
+            raise RuntimeError(
+                f"the local Redis server for {redis_dir} (port {port}) wrote no pid file "
+                f"{pid_path}; last lines of {log_path}:\n{_log_tail(log_path, offset)}"
+            )
+        time.sleep(0.02)
+    if not _wait_until_serving(pid, port, redis_dir, timeout):
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        raise RuntimeError(
+            f"the local Redis server for {redis_dir} (pid {pid}, port {port}) did not answer "
+            f"PING within {timeout}s; last lines of {log_path}:\n{_log_tail(log_path, offset)}"
+        )
+    return pid
 
 
 def _read_pid(pid_path: Path) -> int | None:
@@ -447,26 +509,23 @@ def _read_pid(pid_path: Path) -> int | None:
 
 def stop_local_server(data_dir: Path, *, timeout: float = 30.0) -> bool:
     """Shut down the data dir's Redis daemon (flushing its AOF); False if none was running."""
-    redis_dir = Path(data_dir) / "redis"
+    redis_dir = Path(data_dir).resolve() / "redis"
     if not redis_dir.is_dir():
         return False
     with _locked(redis_dir):
-        state = _live_local_server(redis_dir)
-        (redis_dir / _STATE_NAME).unlink(missing_ok=True)
-        if state is None:
+        recorded = _recorded_server(redis_dir)
+        if recorded is None:
+            (redis_dir / _STATE_NAME).unlink(missing_ok=True)
             return False
-        pid, port = int(state["pid"]), int(state["port"])
-        client = redis.Redis(host=_HOST, port=port, socket_timeout=timeout)
-        try:
-            client.shutdown(nosave=True)
-        except redis.exceptions.RedisError:
-            os.kill(pid, signal.SIGTERM)
-        finally:
-            client.close()
+        pid, _port = recorded
+        # SIGTERM is SHUTDOWN without a save point (the config has none) and works while
+        # the server is still loading its AOF, when it would refuse commands.
+        os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while _pid_alive(pid):
             if time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
                 break
             time.sleep(0.02)
+        (redis_dir / _STATE_NAME).unlink(missing_ok=True)
         return True
