@@ -14,9 +14,14 @@ from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
-from leaderboard.lake import atomic_write_bytes
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 
 __all__ = [
+    "ROLLUP_INDEX_SCHEMA",
+    "STANDINGS_INDEX_SCHEMA",
     "Manifest",
     "ManifestError",
     "list_versions",
@@ -42,9 +47,25 @@ def watermark_for(as_of: date) -> datetime:
     return datetime.combine(as_of + timedelta(days=1), time.min, UTC)
 
 
+ROLLUP_INDEX_SCHEMA = pa.schema([
+    ("event_date", pa.date32()), ("path", pa.string()), ("rows", pa.int64()),
+    ("events", pa.int64()), ("points", pa.int64()),
+])
+STANDINGS_INDEX_SCHEMA = pa.schema([
+    ("board", pa.string()), ("window_id", pa.string()), ("path", pa.string()),
+    ("rows", pa.int64()), ("score_total", pa.int64()), ("histogram", pa.string()),
+    ("histogram_rows", pa.int64()),
+])
+
+
 @dataclass
 class Manifest:
-    """One batch version. Paths are relative to the lake dir."""
+    """One batch version. Paths are relative to the lake dir.
+
+    Per-date rollup entries and per-board-window standings entries live in two Parquet
+    indexes beside the manifest (a century of daily windows is 10^5 entries), which the
+    manifest names with their row counts.
+    """
 
     version: str
     as_of: str  # YYYY-MM-DD
@@ -53,12 +74,12 @@ class Manifest:
     engine: str
     registry_fingerprint: str
     previous: str | None = None
-    # inputs: {"files": {relpath: rows absorbed}, "rows": n, "events": n, "banned": [...]}
+    # inputs: {"files": {relpath: 1}, "events": n, "new_events": n, "banned": [...], "mode"}
     inputs: dict[str, Any] = field(default_factory=dict)
-    # rollups: {event_date: {"path": relpath, "rows": n}}
-    rollups: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # standings: {board: {window_id: {"path", "rows", "histogram", "histogram_rows"}}}
-    standings: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # index: {"rollups": {"path", "rows"}, "standings": {"path", "rows"}}
+    index: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # boards: {board: {"windows": n, "rows": n}} (a summary for people)
+    boards: dict[str, dict[str, int]] = field(default_factory=dict)
     checks: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -69,14 +90,29 @@ class Manifest:
     def watermark_at(self) -> datetime:
         return datetime.fromisoformat(self.watermark.replace("Z", "+00:00"))
 
-    def files(self) -> list[tuple[str, int]]:
-        """Every file of the version with its row count."""
-        found = [(r["path"], r["rows"]) for r in self.rollups.values()]
-        for windows in self.standings.values():
-            for entry in windows.values():
-                found.append((entry["path"], entry["rows"]))
-                found.append((entry["histogram"], entry["histogram_rows"]))
-        return found
+    def rollups(self, lake: Path) -> dict[str, dict[str, Any]]:
+        """{event_date: {"path", "rows", "events", "points"}}."""
+        table = pq.read_table(lake / self.index["rollups"]["path"])
+        return {row.pop("event_date").isoformat(): row for row in table.to_pylist()}
+
+    def standings(self, lake: Path) -> pa.Table:
+        """The standings index: one row per board-window (STANDINGS_INDEX_SCHEMA)."""
+        return pq.read_table(lake / self.index["standings"]["path"])
+
+    def files(self, lake: Path) -> list[tuple[str, int]]:
+        """Every file of the version with its row count (data files and the two indexes)."""
+        found = {(e["path"], e["rows"]) for e in self.index.values()}
+        rollups = pq.read_table(lake / self.index["rollups"]["path"])
+        by_path: dict[str, int] = {}
+        for path, rows in zip(rollups.column("path").to_pylist(),
+                              rollups.column("rows").to_pylist(), strict=True):
+            by_path[path] = by_path.get(path, 0) + rows
+        standings = self.standings(lake)
+        for column, rows_column in (("path", "rows"), ("histogram", "histogram_rows")):
+            for path, rows in zip(standings.column(column).to_pylist(),
+                                  standings.column(rows_column).to_pylist(), strict=True):
+                by_path[path] = by_path.get(path, 0) + rows
+        return sorted(found | set(by_path.items()))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -86,7 +122,15 @@ class Manifest:
         return cls(**json.loads(text))
 
 
-def write_version(lake: Path, manifest: Manifest) -> Path:
+def write_version(lake: Path, manifest: Manifest, *, rollups: pa.Table,
+                  standings: pa.Table) -> Path:
+    """Write the two indexes, then the manifest naming them (not yet current)."""
+    folder = manifests_dir(lake) / manifest.version
+    for name, table, schema in (("rollups", rollups, ROLLUP_INDEX_SCHEMA),
+                                ("standings", standings, STANDINGS_INDEX_SCHEMA)):
+        target = folder / f"{name}.parquet"
+        atomic_write_parquet(table.select(schema.names).cast(schema), target)
+        manifest.index[name] = {"path": str(target.relative_to(lake)), "rows": table.num_rows}
     target = manifests_dir(lake) / f"{manifest.version}.json"
     atomic_write_bytes(target, manifest.to_json().encode())
     return target

@@ -1,0 +1,431 @@
+"""The nightly batch job: authoritative standings for every board and window as of a date.
+
+Usage: python -m jobs.batch --as-of 2026-12-01 [--engine duckdb|spark] [--full] [--data DIR]
+       spark-submit jobs/batch.py --as-of 2026-12-01 --engine spark
+
+Version V (as_of D) absorbs exactly the landed events with ingested_at < W = D+1 00:00 UTC:
+dedupe by (match_id, player_id), first ingested wins; roll up per (player, event_date,
+region, mode, lateness mask); rebuild only the event dates and windows that received new
+rows since the previous version (or everything, on the first run, after a registry change,
+after a backfill into old partitions, or with --full); drop banned players; rank; check;
+write beside the live version and swap `manifests/current.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from jobs.publish import PublishError, StandingsWriter, seal
+from jobs.spec import ROLLUP_SCHEMA, board_window_spec, calendar_table, lateness_bits
+from leaderboard.bans import banned_players
+from leaderboard.calendar import ALL_TIME
+from leaderboard.lake import ROW_GROUP_SIZE, landed_files
+from leaderboard.manifest import (
+    ROLLUP_INDEX_SCHEMA,
+    STANDINGS_INDEX_SCHEMA,
+    Manifest,
+    list_versions,
+    swap_current,
+    watermark_for,
+    write_version,
+)
+from leaderboard.registry import Registry
+from leaderboard.settings import Settings
+from leaderboard.sortkey import SortKeyOverflow
+from leaderboard.timeutil import format_instant
+
+__all__ = ["BatchResult", "Engine", "main", "open_engine", "plan_windows", "run_batch"]
+
+Step = Callable[[str], None]
+
+
+class Engine(Protocol):
+    name: str
+
+    def rollup_events(self, files: list[str], *, watermark: datetime, since: datetime | None,
+                      absorbed: list[str], calendar: pa.Table, bits: list[Any]
+                      ) -> tuple[pa.Table, int]: ...
+
+    def merge_rollups(self, old: pa.Table, delta: pa.Table) -> pa.Table: ...
+
+    def standings(self, rollups: pa.Table, *, spec: pa.Table, calendar: pa.Table,
+                  needed: pa.Table, banned: list[str]
+                  ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table]: ...
+
+    def finish(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    manifest: Manifest
+    mode: str  # "full" | "incremental"
+    events: int  # events newly absorbed by this version
+    windows_built: int
+    standings_rows: int
+    seconds: float
+
+
+def open_engine(name: str) -> Engine:
+    if name == "duckdb":
+        from jobs.duckdb_engine import DuckDBEngine
+
+        return DuckDBEngine()
+    if name == "spark":
+        from jobs.spark_engine import SparkEngine
+
+        return SparkEngine()
+    raise ValueError(f"unknown engine {name!r}; use duckdb or spark")
+
+
+def _previous(lake: Path, as_of: date, registry: Registry) -> Manifest | None:
+    """The newest written version before `as_of` (the base of an incremental run)."""
+    candidates = [m for m in list_versions(lake) if m.as_of_date < as_of]
+    if not candidates:
+        return None
+    latest = max(candidates, key=lambda m: (m.as_of, m.created_at))
+    return latest if latest.registry_fingerprint == registry.fingerprint else None
+
+
+def plan_windows(registry: Registry, dates: list[date], as_of: date) -> set[tuple[str, str]]:
+    """Every (board, window_id) that contains one of `dates`, or is open on `as_of`."""
+    calendar = registry.calendar
+    needed: set[tuple[str, str]] = set()
+    kinds = {k for b in registry.boards for k in b.windows}
+    ids: dict[str, set[str]] = {k: set() for k in kinds}
+    for day in [*dates, as_of]:
+        for kind in kinds:
+            window = calendar.window_on(kind, day)
+            if window is not None:
+                ids[kind].add(window.id)
+    for board in registry.boards:
+        for kind in board.windows:
+            needed.update((board.name, window_id) for window_id in ids[kind])
+    return needed
+
+
+def _rollup_dates(table: pa.Table) -> list[date]:
+    if table.num_rows == 0:
+        return []
+    return sorted(pc.unique(table.column("event_date")).to_pylist())
+
+
+def _events_in(table: pa.Table) -> int:
+    return int(pc.sum(table.column("matches")).as_py() or 0) if table.num_rows else 0
+
+
+ROLLUP_FILE_ROWS = 4_000_000
+
+
+def _write_rollups(lake: Path, table: pa.Table, run: str) -> dict[str, dict[str, Any]]:
+    """Rollup rows sorted by (event_date, player_id) into files of about ROLLUP_FILE_ROWS;
+    the manifest maps each date to the file holding its rows (pruned by event_date stats).
+
+    Files are written in place: nothing reads them before the manifest names them, and
+    they are sealed (fsynced) before it is written.
+    """
+    written: dict[str, dict[str, Any]] = {}
+    if table.num_rows == 0:
+        return written
+    table = table.select(ROLLUP_SCHEMA.names).cast(ROLLUP_SCHEMA).sort_by(
+        [("event_date", "ascending"), ("player_id", "ascending")])
+    days = table.column("event_date").combine_chunks()
+    n = table.num_rows
+    change = np.flatnonzero(np.asarray(pc.not_equal(days.slice(1), days.slice(0, n - 1))
+                                       .to_numpy(zero_copy_only=False))) + 1
+    starts = np.concatenate([[0], change]).tolist()
+    ends = np.concatenate([change, [n]]).tolist()
+    folder = lake / "rollups" / f"run={run}"
+    folder.mkdir(parents=True, exist_ok=True)
+    files: list[tuple[int, int]] = []  # row ranges, whole dates each
+    for start, end in zip(starts, ends, strict=True):
+        if files and files[-1][1] - files[-1][0] < ROLLUP_FILE_ROWS:
+            files[-1] = (files[-1][0], end)
+        else:
+            files.append((start, end))
+    day_starts = dict(zip(starts, ends, strict=True))
+    for part, (first, last) in enumerate(files):
+        target = folder / f"part-{part}.parquet"
+        pq.write_table(table.slice(first, last - first), target, compression="zstd",
+                       row_group_size=ROW_GROUP_SIZE)
+        position = first
+        while position < last:
+            end = day_starts[position]
+            piece = table.slice(position, end - position)
+            written[days[position].as_py().isoformat()] = {
+                "path": str(target.relative_to(lake)), "rows": piece.num_rows,
+                "events": _events_in(piece),
+                "points": int(pc.sum(piece.column("points_sum")).as_py() or 0)}
+            position = end
+    return written
+
+
+def _rollup_index(lake: Path, rollups: dict[str, dict[str, Any]],
+                  dates: list[str] | None = None) -> pa.Table:
+    """(path, event_date) of the authoritative rollup rows, for the engines to read."""
+    keys = sorted(rollups) if dates is None else [d for d in dates if d in rollups]
+    return pa.table({
+        "path": pa.array([str(lake / rollups[d]["path"]) for d in keys], pa.string()),
+        "event_date": pa.array([date.fromisoformat(d) for d in keys], pa.date32()),
+    })
+
+
+def _rollup_table(rollups: dict[str, dict[str, Any]]) -> pa.Table:
+    keys = sorted(rollups)
+    return pa.table({
+        "event_date": pa.array([date.fromisoformat(d) for d in keys], pa.date32()),
+        "path": [rollups[d]["path"] for d in keys],
+        "rows": pa.array([rollups[d]["rows"] for d in keys], pa.int64()),
+        "events": pa.array([rollups[d]["events"] for d in keys], pa.int64()),
+        "points": pa.array([rollups[d]["points"] for d in keys], pa.int64()),
+    }, schema=ROLLUP_INDEX_SCHEMA)
+
+
+def _board_summary(standings: pa.Table) -> dict[str, dict[str, int]]:
+    grouped = standings.group_by("board").aggregate([("window_id", "count"), ("rows", "sum")])
+    return {b: {"windows": int(w), "rows": int(r)} for b, w, r in zip(
+        grouped.column("board").to_pylist(), grouped.column("window_id_count").to_pylist(),
+        grouped.column("rows_sum").to_pylist(), strict=True)}
+
+
+def _scope_points(lake: Path, rollups: dict[str, dict[str, Any]], banned: set[str]
+                  ) -> dict[str, int]:
+    """Counted points per scope key (no lateness filter: the all-time window's total)."""
+    if not rollups:
+        return {}
+    by_path: dict[str, list[date]] = {}
+    for day, entry in rollups.items():
+        by_path.setdefault(str(lake / entry["path"]), []).append(date.fromisoformat(day))
+    parts = []
+    for path, days in by_path.items():
+        parts.append(pq.read_table(path, columns=["player_id", "region", "mode", "points_sum"],
+                                   filters=[("event_date", "in", days)]))
+    table = pa.concat_tables(parts)
+    if banned:
+        table = table.filter(pc.invert(pc.is_in(table.column("player_id"),
+                                                value_set=pa.array(sorted(banned)))))
+    totals: dict[str, int] = {"global": int(pc.sum(table.column("points_sum")).as_py() or 0)}
+    for column in ("region", "mode"):
+        grouped = table.group_by(column).aggregate([("points_sum", "sum")])
+        for value, points in zip(grouped.column(column).to_pylist(),
+                                 grouped.column("points_sum_sum").to_pylist(), strict=True):
+            totals[f"{column}:{value}"] = int(points)
+    return totals
+
+
+def run_batch(
+    settings: Settings,
+    as_of: date,
+    *,
+    engine: str | None = None,
+    full: bool = False,
+    step: Step | None = None,
+    crash_at: str | None = None,
+) -> BatchResult:
+    """Compute, check and publish version as_of. Safe to rerun: same inputs, same standings.
+
+    `crash_at` (tests only) names a step at which to stop the process the hard way.
+    """
+    started = datetime.now(UTC)
+    say = step or (lambda _message: None)
+    lake = settings.lake_dir
+    registry = settings.registry
+    engine_name = engine or settings.engine
+    watermark = watermark_for(as_of)
+    run = f"{as_of.isoformat()}.{started.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}"
+
+    files = [f for f in landed_files(lake) if f.ingest_date <= as_of]
+    previous = None if full else _previous(lake, as_of, registry)
+    mode = "full"
+    if previous is not None:
+        absorbed = set(previous.inputs.get("files", {}))
+        late_landed = [f for f in files if f.ingest_date <= previous.as_of_date
+                       and str(f.path.relative_to(lake)) not in absorbed]
+        mode = "incremental" if not late_landed else "full"
+        if late_landed:
+            say(f"{len(late_landed)} file(s) landed into partitions the previous version had "
+                "already closed (a backfill): recomputing in full")
+    base = previous if mode == "incremental" else None
+
+    bits = lateness_bits(registry)
+    first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
+    if files:
+        first_day = min(first_day, _earliest_event_date(files))
+    calendar = calendar_table(registry, first_day, as_of + timedelta(days=1))
+    banned = banned_players(lake, before=watermark)
+    eng = open_engine(engine_name)
+    try:
+        say(f"{mode} run as of {as_of} on {eng.name}: reading {len(files)} landed file(s)")
+        if base is None:
+            delta, counted = eng.rollup_events(
+                [str(f.path) for f in files], watermark=watermark, since=None, absorbed=[],
+                calendar=calendar, bits=bits)
+            say(f"deduped and rolled up {counted:,} events into {delta.num_rows:,} rollup rows")
+            _maybe_crash(crash_at, "rollups")
+            rollups = _write_rollups(lake, delta, run)
+            changed = _rollup_dates(delta)
+        else:
+            new_files = [str(f.path) for f in files if f.ingest_date > base.as_of_date]
+            absorbed_files = [str(lake / p) for p in base.inputs.get("files", {})
+                              if (lake / p).exists()]
+            delta, counted = eng.rollup_events(
+                new_files, watermark=watermark, since=base.watermark_at,
+                absorbed=absorbed_files, calendar=calendar, bits=bits)
+            changed = _rollup_dates(delta)
+            say(f"{counted:,} new events since {base.as_of} touch {len(changed)} event date(s)")
+            rollups = base.rollups(lake)
+            merged = eng.merge_rollups(
+                _rollup_index(lake, rollups, [d.isoformat() for d in changed]), delta)
+            _maybe_crash(crash_at, "rollups")
+            rollups.update(_write_rollups(lake, merged, run))
+
+        all_dates = sorted(date.fromisoformat(d) for d in rollups)
+        previous_banned = set(base.inputs.get("banned", [])) if base is not None else None
+        if base is None or previous_banned != banned:
+            needed = plan_windows(registry, all_dates, as_of)
+        else:
+            needed = plan_windows(registry, changed, as_of)
+        needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
+                                 "window_id": [w for _, w in sorted(needed)]})
+        say(f"ranking {len(needed)} board-window(s)")
+        reader, histograms, overflow = eng.standings(
+            _rollup_index(lake, rollups), spec=board_window_spec(registry),
+            calendar=calendar, needed=needed_table, banned=sorted(banned))
+        if overflow.num_rows:
+            row = overflow.slice(0, 1).to_pylist()[0]
+            raise SortKeyOverflow(
+                f"score {row['score']} of {row['player_id']} on {row['board']} "
+                f"{row['window_id']} does not fit an exact sort key; lower the board's points "
+                "bounds or use ties=shared")
+        writer = StandingsWriter(
+            lake=lake, as_of=as_of.isoformat(), run=run,
+            earliest_boards={b.name for b in registry.boards if b.ties == "earliest"},
+            banned=banned)
+        rows = writer.write_stream(reader)
+        eng.finish()
+        _maybe_crash(crash_at, "standings")
+        built = {(b, w) for b, w, *_ in writer.entries}
+        writer.write_empty(sorted(needed - built))
+        writer.write_histograms(histograms)
+        writer.close()
+        fresh = pa.table({
+            "board": [e[0] for e in writer.entries],
+            "window_id": [e[1] for e in writer.entries],
+            "path": [e[2] for e in writer.entries],
+            "rows": pa.array([e[3] for e in writer.entries], pa.int64()),
+            "score_total": pa.array([e[4] for e in writer.entries], pa.int64()),
+            "histogram": [writer.histogram_entries[(e[0], e[1])][0] for e in writer.entries],
+            "histogram_rows": pa.array([writer.histogram_entries[(e[0], e[1])][1]
+                                        for e in writer.entries], pa.int64()),
+        }, schema=STANDINGS_INDEX_SCHEMA)
+        if base is not None:
+            kept = base.standings(lake)
+            keys = pc.binary_join_element_wise(kept.column("board"), kept.column("window_id"),
+                                               "\x00")
+            rebuilt = pa.array(sorted(f"{b}\x00{w}" for b, w in needed), pa.string())
+            kept = kept.filter(pc.invert(pc.is_in(keys, value_set=rebuilt)))
+            standings = pa.concat_tables([kept.cast(STANDINGS_INDEX_SCHEMA), fresh])
+        else:
+            standings = fresh
+        standings = standings.sort_by([("board", "ascending"), ("window_id", "ascending")])
+        totals = {(b, w): t for b, w, t in zip(standings.column("board").to_pylist(),
+                                               standings.column("window_id").to_pylist(),
+                                               standings.column("score_total").to_pylist(),
+                                               strict=True)}
+
+        say("checking the version")
+        events_total = sum(e["events"] for e in rollups.values())
+        expected_total = counted + (int(base.inputs.get("events", 0)) if base else 0)
+        if events_total != expected_total:
+            raise PublishError(f"rollups count {events_total} events, expected {expected_total} "
+                               "(deduped input); not publishing")
+        scope_points = _scope_points(lake, rollups, banned)
+        for board in registry.boards:
+            if board.aggregation != "sum" or ALL_TIME not in board.windows:
+                continue
+            if (board.name, ALL_TIME) not in totals:
+                continue
+            key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
+            got = totals[(board.name, ALL_TIME)]
+            if got != scope_points.get(key, 0):
+                raise PublishError(f"{board.name} all-time scores add up to {got}, the counted "
+                                   f"points to {scope_points.get(key, 0)}; not publishing")
+        input_files = dict(base.inputs.get("files", {})) if base else {}
+        for f in files:
+            input_files[str(f.path.relative_to(lake))] = 1
+        manifest = Manifest(
+            version=run, as_of=as_of.isoformat(), watermark=format_instant(watermark),
+            created_at=format_instant(started), engine=eng.name,
+            registry_fingerprint=registry.fingerprint,
+            previous=base.version if base else None,
+            inputs={"files": dict(sorted(input_files.items())), "events": events_total,
+                    "new_events": counted, "banned": sorted(banned), "mode": mode},
+            boards=_board_summary(standings),
+            checks={"events": events_total, "windows_built": len(needed),
+                    "standings_rows_written": rows, "scope_points": scope_points},
+        )
+        seal([lake / p for p in {e["path"] for e in rollups.values()}] + writer.paths)
+        write_version(lake, manifest, rollups=_rollup_table(rollups), standings=standings)
+        _maybe_crash(crash_at, "manifest")
+        swap_current(lake, manifest.version)
+        say(f"published version {manifest.version}")
+    finally:
+        eng.close()
+    seconds = (datetime.now(UTC) - started).total_seconds()
+    return BatchResult(manifest, mode, counted, len(needed), rows, seconds)
+
+
+def _earliest_event_date(files: list[Any]) -> date:
+    """The earliest event date in the landed files, from Parquet statistics (no data read)."""
+    earliest: datetime | None = None
+    for landed in files:
+        meta = pq.ParquetFile(landed.path).metadata
+        column = meta.schema.to_arrow_schema().get_field_index("event_time")
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(column).statistics
+            if stats is not None and stats.has_min_max:
+                value = stats.min
+                if isinstance(value, datetime):
+                    value = value if value.tzinfo else value.replace(tzinfo=UTC)
+                    earliest = value if earliest is None else min(earliest, value)
+    return (earliest or datetime.now(UTC)).date()
+
+
+def _maybe_crash(crash_at: str | None, here: str) -> None:
+    if crash_at == here:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--as-of", required=True, help="YYYY-MM-DD")
+    parser.add_argument("--engine", choices=["duckdb", "spark"])
+    parser.add_argument("--full", action="store_true", help="recompute everything")
+    parser.add_argument("--data", help="data dir (env LEADERBOARD_DATA)")
+    parser.add_argument("--config", help="board registry (env LEADERBOARD_CONFIG)")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env(data_dir=args.data, config=args.config, engine=args.engine)
+    result = run_batch(settings, date.fromisoformat(args.as_of), full=args.full,
+                       step=lambda message: print(message, file=sys.stderr))
+    print(result.manifest.version)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Engine-neutral inputs of a batch run: the calendar table, the board-window spec, the
+lateness bits, and the output schemas both engines must produce row for row.
+
+Window ids, starts and ends come from the core calendar (one table row per date and kind),
+so the engines never re-implement calendar arithmetic and cannot disagree with the speed layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+import numpy as np
+import pyarrow as pa
+
+from leaderboard.calendar import ALL_TIME, WINDOW_KINDS
+from leaderboard.registry import Registry
+from leaderboard.schema import TIMESTAMP
+
+__all__ = [
+    "HISTOGRAM_SCHEMA",
+    "ROLLUP_SCHEMA",
+    "STANDINGS_SCHEMA",
+    "WIDTH_BUCKETS",
+    "DEPTH_BUCKETS",
+    "LatenessBit",
+    "board_window_spec",
+    "calendar_table",
+    "lateness_bits",
+]
+
+WIDTH_BUCKETS = 20
+DEPTH_BUCKETS = 100
+
+#: One row per (player, event_date, region, mode, lateness mask): mergeable aggregates.
+ROLLUP_SCHEMA = pa.schema([
+    ("player_id", pa.string()), ("event_date", pa.date32()), ("region", pa.string()),
+    ("mode", pa.string()), ("mask", pa.int64()), ("matches", pa.int64()),
+    ("points_sum", pa.int64()), ("max_points", pa.int64()), ("max_at", TIMESTAMP),
+    ("min_points", pa.int64()), ("min_at", TIMESTAMP), ("last_points", pa.int64()),
+    ("last_match", pa.string()), ("first_event_at", TIMESTAMP), ("last_event_at", TIMESTAMP),
+])
+
+#: A standings row (DESIGN.md section 3), with its board-window while in flight.
+STANDINGS_SCHEMA = pa.schema([
+    ("player_id", pa.string()), ("score", pa.int64()), ("sort_key", pa.int64()),
+    ("rank", pa.int64()), ("percentile", pa.float64()), ("matches", pa.int64()),
+    ("reached_at", TIMESTAMP), ("first_event_at", TIMESTAMP), ("last_event_at", TIMESTAMP),
+])
+
+#: Histogram rows: kind `width` (equal-width score buckets, for charts) or `depth` (equal
+#: player counts by rank, for percentile lookups); lower/upper are scores.
+HISTOGRAM_SCHEMA = pa.schema([
+    ("kind", pa.string()), ("bucket", pa.int64()), ("lower", pa.float64()),
+    ("upper", pa.float64()), ("players", pa.int64()), ("rank_from", pa.int64()),
+    ("rank_to", pa.int64()),
+])
+
+
+@dataclass(frozen=True)
+class LatenessBit:
+    """Bit `bit` of a rollup row's mask: its events count for windows of `kind` under `grace`."""
+
+    bit: int
+    kind: str
+    grace_us: int
+
+
+def lateness_bits(registry: Registry) -> list[LatenessBit]:
+    """One bit per distinct (window kind, grace) of the registry; all-time needs none."""
+    pairs = sorted({(kind, int(board.grace / timedelta(microseconds=1)))
+                    for board in registry.boards for kind in board.windows if kind != ALL_TIME},
+                   key=lambda p: (WINDOW_KINDS.index(p[0]), p[1]))
+    if len(pairs) > 62:
+        raise ValueError("more than 62 distinct (window, grace) pairs; simplify the registry")
+    return [LatenessBit(i, kind, grace) for i, (kind, grace) in enumerate(pairs)]
+
+
+def _day_ids(prefix: str, days: np.ndarray) -> np.ndarray:
+    return np.char.add(prefix, np.datetime_as_string(days, unit="D"))
+
+
+def calendar_table(registry: Registry, first: date, last: date) -> pa.Table:
+    """(event_date, kind, window_id, window_start_us, window_end_us) per date in [first, last].
+
+    Vectorised over dates (a century is 36,500 of them); instants are microseconds since
+    the epoch, so both engines compare plain integers. tests/jobs check it against the core
+    calendar date by date.
+    """
+    calendar = registry.calendar
+    kinds = sorted({k for b in registry.boards for k in b.windows}, key=WINDOW_KINDS.index)
+    days = np.arange(np.datetime64(first, "D"), np.datetime64(last, "D") + 1)
+    day_us = 86_400_000_000
+    number = days.astype(np.int64)
+    parts = []
+    for kind in kinds:
+        valid = np.ones(len(days), dtype=bool)
+        if kind == "daily":
+            start, end = number, number + 1
+            ids = _day_ids("daily:", days)
+        elif kind == "weekly":
+            start = number - (number + 3) % 7  # 1970-01-01 was a Thursday
+            end = start + 7
+            thursday = (start + 3).astype("datetime64[D]")
+            year = thursday.astype("datetime64[Y]")
+            week = (thursday - year.astype("datetime64[D]")).astype(np.int64) // 7 + 1
+            ids = np.char.add(np.char.add(np.char.add("weekly:", np.datetime_as_string(year)),
+                                          "-W"), np.char.zfill(week.astype(str), 2))
+        elif kind == "monthly":
+            month = days.astype("datetime64[M]")
+            start = month.astype("datetime64[D]").astype(np.int64)
+            end = (month + 1).astype("datetime64[D]").astype(np.int64)
+            ids = np.char.add("monthly:", np.datetime_as_string(month))
+        elif kind == "season" and calendar.seasons is None:
+            month = days.astype("datetime64[M]")
+            quarter_start = month - month.astype(np.int64) % 3
+            start = quarter_start.astype("datetime64[D]").astype(np.int64)
+            end = (quarter_start + 3).astype("datetime64[D]").astype(np.int64)
+            quarter = (quarter_start.astype(np.int64) % 12) // 3 + 1
+            ids = np.char.add(np.char.add(np.char.add(
+                "season:", np.datetime_as_string(month.astype("datetime64[Y]"))), "-S"),
+                quarter.astype(str))
+        elif kind == "season":
+            seasons = calendar.seasons or ()
+            starts = np.array([np.datetime64(x.start, "D") for x in seasons]).astype(np.int64)
+            ends = np.array([np.datetime64(x.end, "D") for x in seasons]).astype(np.int64)
+            which = np.searchsorted(starts, number, side="right") - 1
+            valid = (which >= 0) & (number < ends[np.clip(which, 0, None)])
+            which = np.clip(which, 0, None)
+            start, end = starts[which], ends[which]
+            ids = np.array([f"season:{x.id}" for x in seasons])[which]
+        else:  # all-time
+            start = np.full(len(days), np.datetime64(calendar.all_time_start, "D")
+                            .astype(np.int64))
+            end = None
+            ids = np.full(len(days), ALL_TIME)
+        parts.append(pa.table({
+            "event_date": pa.array(days[valid], pa.date32()),
+            "kind": pa.array(np.full(int(valid.sum()), kind), pa.string()),
+            "window_id": pa.array(ids[valid].astype(object), pa.string()),
+            "window_start_us": pa.array(start[valid] * day_us, pa.int64()),
+            "window_end_us": pa.array(None if end is None else end[valid] * day_us,
+                                      pa.int64()) if end is not None else
+            pa.nulls(int(valid.sum()), pa.int64()),
+        }))
+    return pa.concat_tables(parts)
+
+
+def board_window_spec(registry: Registry) -> pa.Table:
+    """One row per (board, window kind): how rows are matched, merged and keyed."""
+    bits = {(b.kind, b.grace_us): b.bit for b in lateness_bits(registry)}
+    calendar = registry.calendar
+    rows: dict[str, list[object]] = {k: [] for k in (
+        "board", "scope_key", "kind", "bit", "aggregation", "sign", "earliest", "time_bits")}
+    for board in registry.boards:
+        scope_key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
+        grace_us = int(board.grace / timedelta(microseconds=1))
+        for kind in board.windows:
+            rows["board"].append(board.name)
+            rows["scope_key"].append(scope_key)
+            rows["kind"].append(kind)
+            rows["bit"].append(-1 if kind == ALL_TIME else bits[(kind, grace_us)])
+            rows["aggregation"].append(board.aggregation)
+            rows["sign"].append(1 if board.order == "desc" else -1)
+            rows["earliest"].append(board.ties == "earliest")
+            rows["time_bits"].append(calendar.time_bits(kind) if board.ties == "earliest" else 0)
+    return pa.table({
+        "board": pa.array(rows["board"], pa.string()),
+        "scope_key": pa.array(rows["scope_key"], pa.string()),
+        "kind": pa.array(rows["kind"], pa.string()),
+        "bit": pa.array(rows["bit"], pa.int64()),
+        "aggregation": pa.array(rows["aggregation"], pa.string()),
+        "sign": pa.array(rows["sign"], pa.int64()),
+        "earliest": pa.array(rows["earliest"], pa.bool_()),
+        "time_bits": pa.array(rows["time_bits"], pa.int64()),
+    })
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _us(instant: datetime) -> int:
+    return (instant - _EPOCH) // timedelta(microseconds=1)
