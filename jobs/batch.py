@@ -62,7 +62,7 @@ class Engine(Protocol):
 
     def standings(self, rollups: pa.Table, *, spec: pa.Table, calendar: pa.Table,
                   needed: pa.Table, banned: list[str]
-                  ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table]: ...
+                  ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table, pa.Table]: ...
 
     def finish(self) -> None: ...
 
@@ -301,7 +301,7 @@ def run_batch(
         needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
                                  "window_id": [w for _, w in sorted(needed)]})
         say(f"ranking {len(needed)} board-window(s)")
-        reader, histograms, overflow = eng.standings(
+        reader, histograms, overflow, received = eng.standings(
             _rollup_index(lake, rollups), spec=board_window_spec(registry),
             calendar=calendar, needed=needed_table, banned=sorted(banned))
         if overflow.num_rows:
@@ -318,7 +318,14 @@ def run_batch(
         eng.finish()
         _maybe_crash(crash_at, "standings")
         built = {(b, w) for b, w, *_ in writer.entries}
-        writer.write_empty(sorted(needed - built))
+        # A board-window exists iff it is open on as_of or counted events fell in it (a
+        # window whose players are all banned stays, empty).
+        received_set = {(b, w) for b, w in zip(received.column("board").to_pylist(),
+                                                received.column("window_id").to_pylist(),
+                                                strict=True)}
+        open_now = plan_windows(registry, [], as_of)
+        exists = received_set | open_now
+        writer.write_empty(sorted((needed & exists) - built))
         writer.write_histograms(histograms)
         writer.close()
         fresh = pa.table({
@@ -330,13 +337,18 @@ def run_batch(
             "histogram": [writer.histogram_entries[(e[0], e[1])][0] for e in writer.entries],
             "histogram_rows": pa.array([writer.histogram_entries[(e[0], e[1])][1]
                                         for e in writer.entries], pa.int64()),
+            "received": pa.array([(e[0], e[1]) in received_set for e in writer.entries]),
         }, schema=STANDINGS_INDEX_SCHEMA)
         if base is not None:
             kept = base.standings(lake)
             keys = pc.binary_join_element_wise(kept.column("board"), kept.column("window_id"),
                                                "\x00")
             rebuilt = pa.array(sorted(f"{b}\x00{w}" for b, w in needed), pa.string())
-            kept = kept.filter(pc.invert(pc.is_in(keys, value_set=rebuilt)))
+            open_keys = pa.array(sorted(f"{b}\x00{w}" for b, w in open_now), pa.string())
+            kept = kept.filter(pc.and_(
+                pc.invert(pc.is_in(keys, value_set=rebuilt)),
+                # an empty window kept only while it is open, as a full recompute would
+                pc.or_(kept.column("received"), pc.is_in(keys, value_set=open_keys))))
             standings = pa.concat_tables([kept.cast(STANDINGS_INDEX_SCHEMA), fresh])
         else:
             standings = fresh

@@ -129,7 +129,7 @@ class DuckDBEngine:
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE new_events AS
             SELECT match_id, player_id, points, event_time, region, mode, ingested_at
-            FROM read_parquet($files, filename = true)
+            FROM read_parquet($files, filename = true, hive_partitioning = false)
             WHERE {window}
             QUALIFY row_number() OVER (PARTITION BY match_id, player_id
                                        ORDER BY ingested_at, filename) = 1
@@ -137,7 +137,7 @@ class DuckDBEngine:
         if absorbed and since is not None:
             con.execute(f"""
                 DELETE FROM new_events n WHERE EXISTS (
-                    SELECT 1 FROM read_parquet($absorbed) a
+                    SELECT 1 FROM read_parquet($absorbed, hive_partitioning = false) a
                     WHERE a.ingested_at < make_timestamp({_us(since)})::TIMESTAMPTZ
                       AND a.match_id = n.match_id AND a.player_id = n.player_id)
             """, {"absorbed": list(absorbed)})
@@ -169,11 +169,14 @@ class DuckDBEngine:
             con.execute(f"""
                 CREATE OR REPLACE TEMP TABLE rollup_old AS
                 SELECT r.* EXCLUDE (filename) FROM read_parquet({_sql_list(paths)},
-                                                                filename = true) r
+                                                                filename = true, hive_partitioning = false) r
                 SEMI JOIN rollup_index i ON i.path = r.filename AND i.event_date = r.event_date
             """)
         else:
-            con.register("rollup_old", ROLLUP_SCHEMA.empty_table())
+            con.register("rollup_old_empty", ROLLUP_SCHEMA.empty_table())
+            con.execute("CREATE OR REPLACE TEMP TABLE rollup_old AS "
+                        "SELECT * FROM rollup_old_empty")
+            con.unregister("rollup_old_empty")
         con.register("rollup_delta", delta)
         union = " UNION ALL ".join(f"SELECT * FROM {n}" for n in names)
         table = con.execute(f"""
@@ -184,7 +187,7 @@ class DuckDBEngine:
             SELECT {_ROLLUP_COLUMNS} FROM g
         """).to_arrow_table()
         con.execute("DROP TABLE IF EXISTS rollup_old")
-        for name in [*names, "rollup_index"]:
+        for name in ["rollup_delta", "rollup_index"]:
             try:
                 con.unregister(name)
             except duckdb.Error:
@@ -201,12 +204,13 @@ class DuckDBEngine:
         calendar: pa.Table,
         needed: pa.Table,
         banned: Sequence[str],
-    ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table]:
+    ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table, pa.Table]:
         """Ranked standings for every (board, window_id) in `needed`.
 
         `rollups` lists (path, event_date): the file holding each date's authoritative rows.
         Returns (standings ordered by board, window_id, rank, player_id; histograms;
-        overflow rows whose score does not fit an exact sort key).
+        overflow rows whose score does not fit an exact sort key; the (board, window_id)
+        pairs among `needed` that received counted events, banned players included).
         """
         con = self.con
         con.register("spec_t", spec)
@@ -219,31 +223,38 @@ class DuckDBEngine:
             con.execute(f"""
                 CREATE OR REPLACE TEMP VIEW rollups_v AS
                 SELECT r.* EXCLUDE (filename) FROM read_parquet({_sql_list(paths)},
-                                                                filename = true) r
+                                                                filename = true, hive_partitioning = false) r
                 SEMI JOIN rollup_index i ON i.path = r.filename AND i.event_date = r.event_date
             """)
         else:
             con.register("rollups_v", ROLLUP_SCHEMA.empty_table())
-        con.execute(f"""
-            CREATE OR REPLACE TEMP TABLE scored AS
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE counted AS
             WITH x AS (
                 SELECT r.*, unnest(['global', 'region:' || r.region, 'mode:' || r.mode])
                        AS scope_key
-                FROM rollups_v r ANTI JOIN banned_t USING (player_id)
-            ), j AS (
-                SELECT s.board, c.window_id, c.window_start_us, s.aggregation, s.sign,
-                       s.earliest, s.time_bits, x.*
-                FROM x
-                JOIN spec_t s ON s.scope_key = x.scope_key
-                JOIN calendar_t c ON c.event_date = x.event_date AND c.kind = s.kind
-                SEMI JOIN needed_t n ON n.board = s.board AND n.window_id = c.window_id
-                WHERE s.bit < 0 OR ((x.mask >> s.bit) & 1) = 1
-            ), g AS (
+                FROM rollups_v r
+            )
+            SELECT s.board, c.window_id, c.window_start_us, s.aggregation, s.sign,
+                   s.earliest, s.time_bits, x.*
+            FROM x
+            JOIN spec_t s ON s.scope_key = x.scope_key
+            JOIN calendar_t c ON c.event_date = x.event_date AND c.kind = s.kind
+            SEMI JOIN needed_t n ON n.board = s.board AND n.window_id = c.window_id
+            WHERE s.bit < 0 OR ((x.mask >> s.bit) & 1) = 1
+        """)
+        # Windows that received data exist in the version even if bans empty them.
+        windows = con.execute(
+            "SELECT DISTINCT board, window_id FROM counted ORDER BY ALL").to_arrow_table()
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE scored AS
+            WITH g AS (
                 SELECT board, window_id, player_id,
                        any_value(aggregation) AS aggregation, any_value(sign) AS sign,
                        any_value(earliest) AS earliest, any_value(time_bits) AS time_bits,
                        any_value(window_start_us) AS window_start_us, {_MERGE_AGGREGATES}
-                FROM j GROUP BY board, window_id, player_id
+                FROM counted ANTI JOIN banned_t USING (player_id)
+                GROUP BY board, window_id, player_id
             )
             SELECT board, window_id, player_id, sign, earliest, time_bits, matches,
                    first_event_at, last_event_at, window_start_us,
@@ -254,6 +265,7 @@ class DuckDBEngine:
                                     ELSE lst.t END AS reached_us
             FROM g
         """)
+        con.execute("DROP TABLE counted")
         overflow = con.execute(f"""
             SELECT board, window_id, player_id, score, time_bits FROM scored
             WHERE abs(score) > CASE WHEN earliest THEN (1::BIGINT << (53 - time_bits)) - 1
@@ -261,7 +273,8 @@ class DuckDBEngine:
             LIMIT 10
         """).to_arrow_table()
         if overflow.num_rows:
-            return pa.RecordBatchReader.from_batches(pa.schema([]), []), pa.table({}), overflow
+            return (pa.RecordBatchReader.from_batches(pa.schema([]), []), pa.table({}), overflow,
+                    windows)
         con.execute("""
             CREATE OR REPLACE TEMP TABLE ranked AS
             WITH k AS (
@@ -328,7 +341,7 @@ class DuckDBEngine:
                    reached_at, first_event_at, last_event_at
             FROM ranked ORDER BY board, window_id, rank, player_id
         """).to_arrow_reader(batch_size=256 * 1024)
-        return reader, histograms, pa.table({})
+        return reader, histograms, pa.table({}), windows
 
     def finish(self) -> None:
         """Drop the per-run temp tables (after the standings reader is drained)."""

@@ -54,7 +54,7 @@ ROLLUP_INDEX_SCHEMA = pa.schema([
 STANDINGS_INDEX_SCHEMA = pa.schema([
     ("board", pa.string()), ("window_id", pa.string()), ("path", pa.string()),
     ("rows", pa.int64()), ("score_total", pa.int64()), ("histogram", pa.string()),
-    ("histogram_rows", pa.int64()),
+    ("histogram_rows", pa.int64()), ("received", pa.bool_()),
 ])
 
 

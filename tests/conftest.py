@@ -1,0 +1,153 @@
+"""Shared fixtures and the hypothesis settings profiles for the whole suite.
+
+Profiles (choose with HYPOTHESIS_PROFILE, default `dev`):
+  dev  a quick local run (50 examples per property, no deadline)
+  ci   HYPOTHESIS_MAX_EXAMPLES examples per property (default 200), no deadline, failing
+       examples printed as reproducible blobs, no example database (CI workers are fresh)
+
+Strategies live in tests/strategies.py, never here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, settings
+from strategies import FIXED_NOW, base_registry_raw
+
+from leaderboard.registry import Registry, load_registry, parse_registry
+from leaderboard.schema import EVENT_SCHEMA, LANDED_SCHEMA
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _max_examples() -> int:
+    raw = os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "200")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise pytest.UsageError(
+            f"HYPOTHESIS_MAX_EXAMPLES={raw!r} is not a whole number; unset it or use e.g. 500"
+        ) from None
+    if value < 1:
+        raise pytest.UsageError(f"HYPOTHESIS_MAX_EXAMPLES={raw!r} must be at least 1")
+    return value
+
+
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile(
+    "ci",
+    max_examples=_max_examples(),
+    deadline=None,
+    print_blob=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+if _PROFILE not in ("dev", "ci"):
+    raise pytest.UsageError(f"HYPOTHESIS_PROFILE={_PROFILE!r} is not a profile; use dev or ci")
+settings.load_profile(_PROFILE)
+
+
+# -- clocks and environment ----------------------------------------------------------------
+
+@pytest.fixture
+def now() -> datetime:
+    """A fixed landing clock (never the wall clock in tests)."""
+    return FIXED_NOW
+
+
+_SETTINGS_VARS = ("LEADERBOARD_DATA", "LEADERBOARD_CONFIG", "REDIS_URL", "LEADERBOARD_ENGINE",
+                  "LEADERBOARD_NOW")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No LEADERBOARD_* / REDIS_URL variables from the caller's shell leak into the test."""
+    for name in _SETTINGS_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+# -- registries ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def registry() -> Registry:
+    """The shipped default registry."""
+    return load_registry()
+
+
+@pytest.fixture(scope="session")
+def football_registry() -> Registry:
+    return load_registry("football")
+
+
+@pytest.fixture
+def registry_raw() -> dict[str, Any]:
+    """A fresh, mutable copy of the default registry as a dict."""
+    return base_registry_raw()
+
+
+@pytest.fixture
+def make_registry() -> Callable[..., Registry]:
+    """Build a registry from a dict (default: the shipped default), after `mutate(raw)`."""
+
+    def make(raw: dict[str, Any] | None = None,
+             mutate: Callable[[dict[str, Any]], None] | None = None) -> Registry:
+        raw = base_registry_raw() if raw is None else raw
+        if mutate is not None:
+            mutate(raw)
+        return parse_registry(raw, source="<test>")
+
+    return make
+
+
+@pytest.fixture
+def no_all_time_registry(make_registry: Callable[..., Registry]) -> Registry:
+    """The default registry without all-time windows, so that lateness can reject events."""
+    return make_registry(mutate=lambda raw: raw["board_defaults"].update(
+        windows=["daily", "weekly", "monthly", "season"]))
+
+
+# -- tables and the lake -------------------------------------------------------------------
+
+
+@pytest.fixture
+def events_table() -> Callable[..., pa.Table]:
+    """rows (dicts) -> a table of EVENT_SCHEMA, or LANDED_SCHEMA if rows carry ingested_at."""
+
+    def make(rows: list[dict[str, Any]]) -> pa.Table:
+        schema = LANDED_SCHEMA if rows and "ingested_at" in rows[0] else EVENT_SCHEMA
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    return make
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    """An empty lake directory (tmp_path is removed by pytest)."""
+    path = tmp_path / "data" / "lake"
+    path.mkdir(parents=True)
+    return path
+
+
+@pytest.fixture
+def python_subprocess_env() -> dict[str, str]:
+    """Environment for `python -c` children: the repo on sys.path, nothing else changed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return sys.executable

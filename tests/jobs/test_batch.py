@@ -1,0 +1,280 @@
+"""The DuckDB batch job against the plain-Python reference, incrementally and in full."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from lakes import EXOTIC, day, land, random_stream, registry_from
+from oracle import reference_standings
+
+from jobs.batch import run_batch
+from jobs.publish import PublishError, check_standings
+from jobs.spec import STANDINGS_SCHEMA
+from leaderboard.bans import write_tombstone
+from leaderboard.batch_view import open_current
+from leaderboard.manifest import list_versions, read_current
+from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
+from leaderboard.sortkey import SortKeyOverflow
+
+START = day("2026-11-28")
+
+
+def settings_for(data: Path, config: str | None = None) -> Settings:
+    env = {"LEADERBOARD_DATA": str(data)}
+    if config:
+        env["LEADERBOARD_CONFIG"] = config
+    return Settings.from_env(env)
+
+
+def published(data: Path) -> dict[tuple[str, str], list[tuple]]:
+    view = open_current(data / "lake")
+    assert view is not None
+    result = {}
+    for board, window_id in view.windows():
+        table = view.standings(board, window_id)
+        result[(board, window_id)] = [tuple(r.values()) for r in table.to_pylist()]
+    return result
+
+
+def expected(data: Path, registry, as_of: date) -> dict[tuple[str, str], list[tuple]]:
+    reference = reference_standings(data / "lake", registry, as_of)
+    return {k: [(r.player_id, r.score, r.sort_key, r.rank, r.percentile, r.matches,
+                 r.reached_at, r.first_event_at, r.last_event_at) for r in rows]
+            for k, rows in reference.items()}
+
+
+def assert_matches_reference(data: Path, registry, as_of: date) -> None:
+    got, want = published(data), expected(data, registry, as_of)
+    # The published version may keep windows built earlier (unchanged since); all others
+    # must be exactly the reference.
+    for key, rows in want.items():
+        assert key in got, f"window {key} missing from the published version"
+        assert got[key] == rows, f"window {key} differs from the reference"
+    assert set(got) == set(want)
+
+
+@pytest.fixture(params=["default", "exotic"])
+def world(request, tmp_path):
+    """(data dir, registry, config) with a landed random stream."""
+    if request.param == "default":
+        config, registry = None, load_registry()
+        stream = random_stream(1, start=START, regions=("na", "eu", "sa"),
+                               modes=("ranked", "casual"))
+    else:
+        config = str(tmp_path / "exotic.toml")
+        _write_toml(Path(config), EXOTIC)
+        registry = registry_from(EXOTIC)
+        stream = random_stream(2, start=START, points=(-5, 0, 3, 3, 7, 20, 20))
+    data = tmp_path / "data"
+    land(data / "lake", registry, stream)
+    return data, registry, config
+
+
+def _write_toml(path: Path, raw: dict) -> None:
+    lines = []
+    for key in ("regions", "modes"):
+        lines.append(f"{key} = {raw[key]!r}".replace("'", '"'))
+    for table in ("limits", "board_defaults"):
+        if table in raw:
+            lines.append(f"[{table}]")
+            for k, v in raw[table].items():
+                lines.append(f"{k} = {v!r}".replace("'", '"'))
+    for board in raw["boards"]:
+        lines.append("[[boards]]")
+        for k, v in board.items():
+            lines.append(f"{k} = {v!r}".replace("'", '"'))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_full_run_matches_reference(world):
+    data, registry, config = world
+    as_of = date(2026, 11, 30)
+    result = run_batch(settings_for(data, config), as_of)
+    assert result.mode == "full"
+    assert_matches_reference(data, registry, as_of)
+
+
+def test_incremental_runs_equal_full_recompute(world, tmp_path):
+    data, registry, config = world
+    settings = settings_for(data, config)
+    first = run_batch(settings, date(2026, 11, 28))
+    second = run_batch(settings, date(2026, 11, 29))
+    third = run_batch(settings, date(2026, 12, 1))
+    assert first.mode == "full" and second.mode == "incremental" and third.mode == "incremental"
+    assert third.manifest.previous == second.manifest.version
+    assert_matches_reference(data, registry, date(2026, 12, 1))
+    fresh = tmp_path / "fresh"
+    shutil.copytree(data / "lake" / "events", fresh / "lake" / "events")
+    run_batch(settings_for(fresh, config), date(2026, 12, 1))
+    assert published(fresh) == published(data)
+
+
+def test_rerun_of_the_same_day_is_idempotent(world):
+    data, _registry, config = world
+    settings = settings_for(data, config)
+    run_batch(settings, date(2026, 11, 30))
+    before = published(data)
+    again = run_batch(settings, date(2026, 11, 30))
+    assert published(data) == before
+    assert read_current(data / "lake").version == again.manifest.version
+    assert len(list_versions(data / "lake")) == 2
+
+
+def test_bans_drop_players_and_unbans_restore_them(world):
+    data, registry, config = world
+    settings = settings_for(data, config)
+    as_of = date(2026, 11, 30)
+    run_batch(settings, as_of)
+    victim = published(data)[("global", "all-time")][0][0]
+    write_tombstone(data / "lake", victim, "ban", day("2026-11-30T10:00:00"), reason="cheat")
+    run_batch(settings, as_of)
+    banned_view = published(data)
+    assert all(victim not in {row[0] for row in rows} for rows in banned_view.values())
+    assert_matches_reference(data, registry, as_of)
+    write_tombstone(data / "lake", victim, "unban", day("2026-11-30T11:00:00"))
+    run_batch(settings, date(2026, 12, 1))
+    assert victim in {row[0] for row in published(data)[("global", "all-time")]}
+    assert_matches_reference(data, registry, date(2026, 12, 1))
+
+
+def test_a_ban_after_the_watermark_does_not_apply_to_the_version(world):
+    data, _registry, config = world
+    run_batch(settings_for(data, config), date(2026, 11, 30))
+    victim = published(data)[("global", "all-time")][0][0]
+    write_tombstone(data / "lake", victim, "ban", day("2026-12-01T10:00:00"))
+    run_batch(settings_for(data, config), date(2026, 11, 30))
+    assert victim in {row[0] for row in published(data)[("global", "all-time")]}
+
+
+def test_late_events_count_only_where_the_grace_allows(tmp_path):
+    registry = load_registry()
+    event_time = day("2026-11-20T12:00:00")
+    events = [
+        {"match_id": "on-time", "player_id": "a", "points": 5, "event_time": event_time,
+         "region": "na", "mode": "ranked", "server_id": "s", "ingested_at": event_time},
+        # Landed 2026-11-30 01:00: past end + 7 d grace of the daily window (11-28) and of the
+        # weekly one (ends 11-23, so 11-30 00:00), inside it for the month and all later.
+        {"match_id": "late", "player_id": "a", "points": 7, "event_time": event_time,
+         "region": "na", "mode": "ranked", "server_id": "s",
+         "ingested_at": day("2026-11-30T00:30:00")},
+    ]
+    land(tmp_path / "lake", registry, events)
+    run_batch(settings_for(tmp_path), date(2026, 11, 30))
+    got = published(tmp_path)
+    assert got[("global", "daily:2026-11-20")][0][1] == 5
+    assert got[("global", "weekly:2026-W47")][0][1] == 5
+    assert got[("global", "monthly:2026-11")][0][1] == 12
+    assert got[("global", "all-time")][0][1] == 12
+
+
+def test_absorbs_exactly_what_was_ingested_before_the_watermark(tmp_path):
+    registry = load_registry()
+    base = {"player_id": "a", "points": 1, "event_time": day("2026-11-30T23:00:00"),
+            "region": "na", "mode": "ranked", "server_id": "s"}
+    events = [dict(base, match_id="in", ingested_at=day("2026-11-30T23:59:59")),
+              dict(base, match_id="out", ingested_at=day("2026-12-01T00:00:00"))]
+    slots = {"in": day("2026-11-30T23:59:59.999999"), "out": day("2026-12-01T00:00:00")}
+    from leaderboard.lake import LandingWriter
+    from speed_layer.ingest import Ingestor
+
+    with LandingWriter(tmp_path / "lake", "t") as writer:
+        for event in events:
+            table = pa.table({k: [v] for k, v in event.items() if k != "ingested_at"})
+            Ingestor(registry, writer).ingest(table, now=slots[event["match_id"]], source="t")
+    run_batch(settings_for(tmp_path), date(2026, 11, 30))
+    assert published(tmp_path)[("global", "all-time")][0][5] == 1  # matches: only "in"
+
+
+def test_windows_open_on_as_of_exist_even_without_data(tmp_path):
+    registry = load_registry()
+    land(tmp_path / "lake", registry, random_stream(3, start=START, days=1))
+    run_batch(settings_for(tmp_path), date(2026, 12, 5))
+    got = published(tmp_path)
+    assert got[("region:asia", "daily:2026-12-05")] == []
+    assert ("mode:tournament", "weekly:2026-W49") in got
+
+
+def test_earliest_overflow_is_a_clear_error(tmp_path):
+    raw = {"regions": ["na"], "modes": ["ranked"],
+           "board_defaults": {"max_points": 2**21 - 1, "ties": "earliest",
+                              "windows": ["daily", "all-time"]},
+           "boards": [{"scope": "global"}]}
+    registry = registry_from(raw)
+    config = tmp_path / "r.toml"
+    _write_toml(config, raw)
+    events = [{"match_id": f"m{i}", "player_id": "a", "points": 2**21 - 1,
+               "event_time": START + timedelta(minutes=i), "region": "na", "mode": "ranked",
+               "server_id": "s", "ingested_at": START + timedelta(minutes=i)} for i in range(3)]
+    land(tmp_path / "lake", registry, events)
+    with pytest.raises(SortKeyOverflow, match="does not fit an exact sort key"):
+        run_batch(settings_for(tmp_path, str(config)), date(2026, 11, 28))
+    assert read_current(tmp_path / "lake") is None
+
+
+@pytest.mark.parametrize("crash_at", ["rollups", "standings", "manifest"])
+def test_a_kill_at_any_step_leaves_the_old_version_live(world, crash_at):
+    data, registry, config = world
+    settings = settings_for(data, config)
+    run_batch(settings, date(2026, 11, 29))
+    before = read_current(data / "lake").version
+    before_rows = published(data)
+    env = {"LEADERBOARD_DATA": str(data), "PATH": "/usr/bin:/bin"}
+    if config:
+        env["LEADERBOARD_CONFIG"] = config
+    code = (
+        "from datetime import date; from jobs.batch import run_batch; "
+        "from leaderboard.settings import Settings; "
+        f"run_batch(Settings.from_env(), date(2026, 11, 30), crash_at={crash_at!r})"
+    )
+    process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             timeout=300)
+    assert process.returncode == -9, process.stderr.decode()[-2000:]
+    assert read_current(data / "lake").version == before
+    assert published(data) == before_rows
+    run_batch(settings, date(2026, 11, 30))
+    assert_matches_reference(data, registry, date(2026, 11, 30))
+
+
+def test_football_results_match_the_reference(tmp_path):
+    import pyarrow.compute as pc
+
+    from app.football import football_events
+    from leaderboard.lake import LandingWriter
+    from speed_layer.ingest import Ingestor
+
+    registry = load_registry("football")
+    table, _ = football_events(Path(__file__).parents[3] / "shared/data/international_results.csv")
+    table = table.filter(pc.greater_equal(table.column("event_time"),
+                                          pa.scalar(day("2022-01-01"), table.schema.field(
+                                              "event_time").type)))
+    with LandingWriter(tmp_path / "lake", "f") as writer:
+        Ingestor(registry, writer).ingest(table, now=day("2026-12-01"), source="football",
+                                          backfill=True)
+    run_batch(settings_for(tmp_path, "football"), date(2026, 7, 31))
+    assert_matches_reference(tmp_path, registry, date(2026, 7, 31))
+    top = published(tmp_path)[("global", "all-time")]
+    assert top[0][3] == 1 and top[1][3] >= 1
+    ties = [row for row in top if row[3] == top[-1][3]]
+    assert len(ties) >= 1
+
+
+def test_check_standings_catches_broken_ranks():
+    rows = pa.table({"player_id": ["a", "b", "c"], "score": [5, 5, 3], "sort_key": [5, 5, 3],
+                     "rank": [1, 2, 3], "percentile": [100.0, 100.0, 100 / 3],
+                     "matches": [1, 1, 1]})
+    with pytest.raises(PublishError, match="rank 2 at position 2 should be 1"):
+        check_standings(rows, earliest=False, banned=set(), where="t")
+    check_standings(rows, earliest=True, banned=set(), where="t") if False else None
+    good = rows.set_column(3, "rank", pa.array([1, 1, 3]))
+    good = good.set_column(4, "percentile", pa.array([100.0, 100.0, 100 / 3]))
+    check_standings(good, earliest=False, banned=set(), where="t")
+    with pytest.raises(PublishError, match="banned"):
+        check_standings(good, earliest=False, banned={"b"}, where="t")
+    assert STANDINGS_SCHEMA.names[0] == "player_id"

@@ -1,0 +1,398 @@
+"""Hypothesis strategies shared by every test tree (core, batch, speed, serving).
+
+Everything random the suites draw lives here, so that the batch, speed and serving property
+tests (lambda identity, engine parity, exactly once) draw from the same distributions as the
+core tests. Strategies that produce *valid* data respect the contracts of DESIGN.md section 3;
+`garbage_rows` produces anything a client could send.
+
+Import with `from strategies import ...` (pytest runs with `pythonpath = ["tests"]`).
+"""
+
+from __future__ import annotations
+
+import string
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from hypothesis import strategies as st
+
+from leaderboard.calendar import WINDOW_KINDS, Calendar, Season
+from leaderboard.registry import AGGREGATIONS, ORDERS, TIE_POLICIES, Registry, parse_registry
+from leaderboard.sortkey import max_abs_score
+
+__all__ = [
+    "FIXED_NOW",
+    "ID_ALPHABET",
+    "MODE_POOL",
+    "REGION_POOL",
+    "aggregations",
+    "base_registry_raw",
+    "dates",
+    "event_row",
+    "event_streams",
+    "explicit_seasons",
+    "garbage_rows",
+    "instants",
+    "match_events",
+    "match_ids",
+    "midnight",
+    "orders",
+    "player_ids",
+    "player_pools",
+    "registries",
+    "registry_raws",
+    "server_ids",
+    "sort_key_cases",
+    "text_row",
+    "tie_policies",
+    "time_bits",
+    "window_kinds",
+]
+
+#: The characters of a player_id or server_id: [A-Za-z0-9_.:-].
+ID_ALPHABET = string.ascii_letters + string.digits + "_.:-"
+REGION_POOL = ("na", "eu", "sa", "asia", "oce")
+MODE_POOL = ("ranked", "casual", "tournament", "arcade")
+
+#: Dates whose window ids all have four-digit years (ISO week-years included), so every
+#: window id round-trips. Years below 1000 and December 9999 are excluded on purpose: see
+#: the xfail tests in tests/leaderboard/test_calendar.py.
+MIN_DATE = date(1000, 1, 8)
+MAX_DATE = date(9998, 12, 31)
+
+
+# -- identifiers ---------------------------------------------------------------------------
+
+
+def player_ids(max_size: int = 64) -> st.SearchStrategy[str]:
+    """Valid player ids: 1-64 chars of [A-Za-z0-9_.:-]."""
+    return st.text(ID_ALPHABET, min_size=1, max_size=max_size)
+
+
+def server_ids() -> st.SearchStrategy[str]:
+    """Valid server ids (same alphabet as player ids)."""
+    return st.text(ID_ALPHABET, min_size=1, max_size=64)
+
+
+def match_ids() -> st.SearchStrategy[str]:
+    """Valid match ids: 1-128 printable characters, not all whitespace."""
+    printable = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))
+    return st.text(printable, min_size=1, max_size=128).filter(lambda s: s.strip() != "")
+
+
+def player_pools(min_size: int = 1, max_size: int = 8) -> st.SearchStrategy[list[str]]:
+    """A small set of distinct players, so that streams collide and tie."""
+    return st.lists(player_ids(max_size=12), min_size=min_size, max_size=max_size, unique=True)
+
+
+# -- time ----------------------------------------------------------------------------------
+
+
+def dates(min_value: date = MIN_DATE, max_value: date = MAX_DATE) -> st.SearchStrategy[date]:
+    return st.dates(min_value=min_value, max_value=max_value)
+
+
+def instants(
+    start: datetime = datetime(2020, 1, 1, tzinfo=UTC),
+    end: datetime = datetime(2030, 1, 1, tzinfo=UTC),
+) -> st.SearchStrategy[datetime]:
+    """UTC-aware instants in [start, end], microsecond precision."""
+    return st.datetimes(
+        min_value=start.astimezone(UTC).replace(tzinfo=None),
+        max_value=end.astimezone(UTC).replace(tzinfo=None),
+        timezones=st.just(UTC),
+    )
+
+
+def window_kinds() -> st.SearchStrategy[str]:
+    return st.sampled_from(WINDOW_KINDS)
+
+
+def explicit_seasons(
+    start: date = date(2024, 1, 1), max_seasons: int = 6
+) -> st.SearchStrategy[list[dict[str, str]]]:
+    """An explicit season calendar as registry TOML entries {id, start, end}, with random
+    lengths (1-200 days) and random gaps (0-30 days) between seasons."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> list[dict[str, str]]:
+        count = draw(st.integers(1, max_seasons))
+        day = start + timedelta(days=draw(st.integers(0, 30)))
+        seasons = []
+        for index in range(count):
+            length = draw(st.integers(1, 200))
+            seasons.append({"id": f"s{index + 1}", "start": day.isoformat(),
+                            "end": (day + timedelta(days=length)).isoformat()})
+            day += timedelta(days=length + draw(st.integers(0, 30)))
+        return seasons
+
+    return build()
+
+
+# -- sort keys -----------------------------------------------------------------------------
+
+
+def orders() -> st.SearchStrategy[str]:
+    return st.sampled_from(ORDERS)
+
+
+def tie_policies() -> st.SearchStrategy[str]:
+    return st.sampled_from(TIE_POLICIES)
+
+
+def aggregations() -> st.SearchStrategy[str]:
+    return st.sampled_from(AGGREGATIONS)
+
+
+def time_bits() -> st.SearchStrategy[int]:
+    """Time bits an `earliest` key may reserve (the calendar uses 17..32; test them all)."""
+    return st.integers(min_value=1, max_value=52)
+
+
+@st.composite
+def sort_key_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """One encodable entry: order, ties, time_bits, an in-range score and time offset."""
+    order = draw(orders())
+    ties = draw(tie_policies())
+    bits = draw(time_bits()) if ties == "earliest" else 0
+    limit = max_abs_score(ties, bits)
+    score = draw(st.integers(-limit, limit))
+    t = draw(st.integers(0, (1 << bits) - 1)) if ties == "earliest" else 0
+    return {"order": order, "ties": ties, "time_bits": bits, "score": score, "t": t}
+
+
+# -- registries ----------------------------------------------------------------------------
+
+
+def base_registry_raw() -> dict[str, Any]:
+    """The shipped default registry as a plain dict (what `tomllib` gives), to mutate in
+    tests and feed to `parse_registry`."""
+    return {
+        "regions": ["na", "eu", "sa", "asia"],
+        "modes": ["ranked", "casual", "tournament"],
+        "calendar": {"season": "quarterly", "all_time_start": "1970-01-01"},
+        "limits": {"grace": "7d", "future_skew": "5m", "idempotency_horizon": "24h",
+                   "retention_days": 30},
+        "board_defaults": {"windows": list(WINDOW_KINDS), "aggregation": "sum",
+                           "order": "desc", "ties": "shared", "min_points": 0,
+                           "max_points": 1000},
+        "boards": [{"scope": "global"}, {"scope": "region:*"}, {"scope": "mode:*"}],
+    }
+
+
+def _window_lists() -> st.SearchStrategy[list[str]]:
+    return st.lists(st.sampled_from(WINDOW_KINDS), min_size=1, max_size=5, unique=True)
+
+
+def _bounds(ties: str, windows: list[str],
+            calendar: Calendar) -> st.SearchStrategy[tuple[int, int]]:
+    """(min_points, max_points) with 0 always inside, so every event may score 0, and within
+    the exact `earliest` range of every window when ties=earliest."""
+    cap = 10**6
+    if ties == "earliest":
+        cap = min(cap, *(max_abs_score("earliest", calendar.time_bits(w)) for w in windows))
+    return st.tuples(st.integers(-min(cap, 1000), 0), st.integers(0, cap))
+
+
+@st.composite
+def registry_raws(
+    draw: st.DrawFn,
+    *,
+    all_time: bool | None = None,
+    seasons: bool | None = None,
+) -> dict[str, Any]:
+    """A random valid registry dict: random regions, modes, scopes, windows, aggregation,
+    order, ties, bounds and grace, per board. `all_time=False` drops the all-time window
+    from every board (so lateness matters); `seasons=True` forces an explicit calendar."""
+    regions = draw(st.lists(st.sampled_from(REGION_POOL), min_size=1, max_size=4, unique=True))
+    modes = draw(st.lists(st.sampled_from(MODE_POOL), min_size=1, max_size=3, unique=True))
+    calendar_raw: dict[str, Any] = {"all_time_start": "1970-01-01"}
+    use_seasons = draw(st.booleans()) if seasons is None else seasons
+    if use_seasons:
+        calendar_raw["season"] = "explicit"
+        calendar_raw["seasons"] = draw(explicit_seasons())
+        calendar = Calendar(tuple(
+            _season(s) for s in calendar_raw["seasons"]), date(1970, 1, 1))
+    else:
+        calendar_raw["season"] = "quarterly"
+        calendar = Calendar(None, date(1970, 1, 1))
+    scopes = draw(st.lists(st.sampled_from(["global", "region:*", "mode:*"]), min_size=1,
+                           max_size=3, unique=True))
+    boards = []
+    for scope in scopes:
+        windows = draw(_window_lists())
+        if all_time is False:
+            windows = [w for w in windows if w != "all-time"] or ["daily"]
+        elif all_time is True and "all-time" not in windows:
+            windows.append("all-time")
+        ties = draw(tie_policies())
+        low, high = draw(_bounds(ties, windows, calendar))
+        boards.append({
+            "scope": scope,
+            "windows": windows,
+            "aggregation": draw(aggregations()),
+            "order": draw(orders()),
+            "ties": ties,
+            "min_points": low,
+            "max_points": high,
+            "grace": draw(st.sampled_from(["0s", "1h", "1d", "7d", "2w"])),
+        })
+    return {
+        "regions": regions,
+        "modes": modes,
+        "calendar": calendar_raw,
+        "limits": {"grace": "7d", "future_skew": "5m", "idempotency_horizon": "24h",
+                   "retention_days": 30},
+        "boards": boards,
+    }
+
+
+def _season(raw: dict[str, str]) -> Season:
+    return Season(raw["id"], date.fromisoformat(raw["start"]), date.fromisoformat(raw["end"]))
+
+
+def registries(**kwargs: Any) -> st.SearchStrategy[Registry]:
+    """Random valid registries (see `registry_raws` for the knobs)."""
+    return registry_raws(**kwargs).map(lambda raw: parse_registry(raw, source="<hypothesis>"))
+
+
+# -- events --------------------------------------------------------------------------------
+
+
+def _points_range(registry: Registry, region: str, mode: str) -> tuple[int, int]:
+    """The points every board the event applies to accepts (never empty: 0 is in all)."""
+    boards = registry.boards_for(region, mode)
+    low = max((b.min_points for b in boards), default=0)
+    high = min((b.max_points for b in boards), default=1000)
+    return low, high
+
+
+@st.composite
+def match_events(
+    draw: st.DrawFn,
+    registry: Registry,
+    *,
+    players: list[str] | None = None,
+    match_id: str | None = None,
+    start: datetime = datetime(2026, 11, 1, tzinfo=UTC),
+    end: datetime = datetime(2026, 12, 31, tzinfo=UTC),
+    small_points: bool = True,
+) -> dict[str, Any]:
+    """One valid event (typed values; no ingested_at) for `registry`, with points inside
+    every applicable board's bounds. `small_points` favours a few values, so ties happen."""
+    region = draw(st.sampled_from(registry.regions))
+    mode = draw(st.sampled_from(registry.modes))
+    low, high = _points_range(registry, region, mode)
+    if small_points:
+        candidates = {min(max(x, low), high) for x in (low, 0, 1, 3, 10, high)}
+        points = draw(st.sampled_from(sorted(candidates)))
+    else:
+        points = draw(st.integers(low, high))
+    return {
+        "match_id": match_id if match_id is not None else draw(
+            st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=8)),
+        "player_id": draw(st.sampled_from(players)) if players else draw(player_ids()),
+        "points": points,
+        "event_time": draw(instants(start, end)),
+        "region": region,
+        "mode": mode,
+        "server_id": draw(st.sampled_from(["s1", "s2", "eu-west-3"])),
+    }
+
+
+@st.composite
+def event_streams(
+    draw: st.DrawFn,
+    registry: Registry,
+    *,
+    min_size: int = 0,
+    max_size: int = 40,
+    start: datetime = datetime(2026, 11, 1, tzinfo=UTC),
+    end: datetime = datetime(2026, 12, 31, tzinfo=UTC),
+    max_delay: timedelta = timedelta(days=20),
+    duplicate_rate: float = 0.2,
+) -> list[dict[str, Any]]:
+    """A stream of valid events with `ingested_at` stamps (event_time + a random delay up to
+    `max_delay`, so some arrive after end + grace), in arrival order (sorted by ingested_at),
+    drawn from a small player pool (ties) and re-delivering some (match_id, player_id) pairs
+    (duplicates, possibly with other points: first ingested wins)."""
+    players = draw(player_pools())
+    matches = draw(st.lists(st.text(string.ascii_lowercase, min_size=1, max_size=4),
+                            min_size=1, max_size=10, unique=True))
+    count = draw(st.integers(min_size, max_size))
+    stream: list[dict[str, Any]] = []
+    for _ in range(count):
+        if stream and draw(st.floats(0, 1)) < duplicate_rate:
+            original = draw(st.sampled_from(stream))
+            event = dict(draw(match_events(registry, players=players, start=start, end=end)))
+            event["match_id"] = original["match_id"]
+            event["player_id"] = original["player_id"]
+        else:
+            event = draw(match_events(registry, players=players, start=start, end=end,
+                                      match_id=draw(st.sampled_from(matches))))
+        delay = draw(st.timedeltas(timedelta(0), max_delay))
+        event["ingested_at"] = event["event_time"] + delay
+        stream.append(event)
+    stream.sort(key=lambda e: e["ingested_at"])
+    return stream
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+
+def _garbage_text() -> st.SearchStrategy[str | None]:
+    return st.one_of(
+        st.none(),
+        st.text(max_size=20),
+        st.sampled_from(["", " ", "\x00", "na", "ranked", "5", "-1", "1e3", "1.5", "abc",
+                         "2026-12-01T10:00:00Z", "yesterday", "p/1", "p 1", "ü"]),
+    )
+
+
+@st.composite
+def garbage_rows(draw: st.DrawFn) -> dict[str, str | None]:
+    """A raw text row as a client might send it: any field may be null, empty or nonsense.
+
+    Points never start with '+' and event_time is never in December 9999: both crash
+    validate_events today (see the xfail tests in tests/leaderboard/test_validation.py);
+    drop these filters when those bugs are fixed."""
+    row = {name: draw(_garbage_text()) for name in
+           ("match_id", "player_id", "points", "event_time", "region", "mode", "server_id")}
+    if row["points"] is not None and row["points"].lstrip().startswith("+"):
+        row["points"] = row["points"].lstrip().lstrip("+") or None
+    if row["event_time"] is not None and row["event_time"].lstrip().startswith("9999"):
+        row["event_time"] = None
+    return row
+
+
+# -- literal builders (not strategies, but shared the same way) --------------------------------
+
+#: The landing clock most tests run at: a Wednesday in ISO week 2026-W49, season 2026-S4.
+FIXED_NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def midnight(day: date) -> datetime:
+    """00:00 UTC of `day` (where every window starts and ends)."""
+    return datetime.combine(day, time.min, UTC)
+
+
+def event_row(**overrides: Any) -> dict[str, Any]:
+    """One valid typed event (EVENT_SCHEMA) at 2026-12-01T10:00Z, with `overrides`."""
+    row: dict[str, Any] = {
+        "match_id": "m1", "player_id": "p1", "points": 5,
+        "event_time": datetime(2026, 12, 1, 10, 0, tzinfo=UTC),
+        "region": "na", "mode": "ranked", "server_id": "s1",
+    }
+    row.update(overrides)
+    return row
+
+
+def text_row(**overrides: str | None) -> dict[str, str | None]:
+    """One valid raw event as text (a CSV line), with `overrides`."""
+    row: dict[str, str | None] = {
+        "match_id": "m1", "player_id": "p1", "points": "5",
+        "event_time": "2026-12-01T10:00:00Z", "region": "na", "mode": "ranked",
+        "server_id": "s1",
+    }
+    row.update(overrides)
+    return row
