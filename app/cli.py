@@ -12,13 +12,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from leaderboard.calendar import WindowError
 from leaderboard.registry import RegistryError
 from leaderboard.settings import Settings, SettingsError
 
@@ -141,6 +142,59 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+# -- batch ----------------------------------------------------------------------------------
+
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from jobs.batch import run_batch
+    from jobs.warehouse import refresh_warehouse
+
+    settings = _settings(args)
+    as_of = date.fromisoformat(args.as_of) if args.as_of else (
+        settings.now().date() - timedelta(days=1))
+    with err.status(f"batch as of {as_of}") as status:
+        result = run_batch(settings, as_of, full=args.full,
+                           step=lambda message: (status.update(message), err.log(message)))
+        status.update("refreshing the analysts' warehouse")
+        warehouse = refresh_warehouse(settings.data_dir, settings.registry)
+    manifest = result.manifest
+    summary = {"version": manifest.version, "as_of": manifest.as_of, "mode": result.mode,
+               "engine": manifest.engine, "new_events": result.events,
+               "events": manifest.inputs.get("events"), "windows_built": result.windows_built,
+               "rows_written": result.standings_rows, "seconds": round(result.seconds, 3),
+               "warehouse": str(warehouse), "boards": manifest.boards}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    out.print(f"published {manifest.version} ({result.mode}, {manifest.engine}): "
+              f"{result.events:,} new events, {result.windows_built:,} board-windows rebuilt, "
+              f"{result.standings_rows:,} standings rows in {result.seconds:.1f} s")
+    out.print(f"warehouse: {warehouse} (duckdb -readonly {warehouse})")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from jobs.report import ReportError, score_distribution_png
+
+    settings = _settings(args)
+    registry = settings.registry
+    board = registry.board(args.board)
+    as_of = date.fromisoformat(args.as_of) if args.as_of else None
+    moment = settings.now() if as_of is None else datetime.combine(as_of, time(12), UTC)
+    window = registry.calendar.resolve(args.window, moment)
+    if window.kind not in board.windows:
+        raise UsageError(f"board {board.name} has no {window.kind} window")
+    target = Path(args.out) if args.out else (
+        settings.data_dir / "reports" / f"{board.name.replace(':', '_')}-"
+        f"{window.id.replace(':', '_')}-{as_of or 'current'}.png")
+    try:
+        path = score_distribution_png(settings.lake_dir, board.name, window.id, as_of, target)
+    except ReportError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    out.print(f"wrote {path}")
+    return 0
+
+
 # -- demo ---------------------------------------------------------------------------------
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -190,6 +244,20 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--writer", default="cli", help="landing writer id")
     ing.add_argument("--json", action="store_true")
 
+    bat = add("batch", _cmd_batch, "Recompute, check and publish the standings as of a date.")
+    bat.add_argument("--as-of", help="YYYY-MM-DD (default: yesterday by the clock)")
+    bat.add_argument("--engine", choices=["duckdb", "spark"],
+                     help="batch engine (env LEADERBOARD_ENGINE, default duckdb)")
+    bat.add_argument("--full", action="store_true", help="recompute everything")
+    bat.add_argument("--json", action="store_true")
+
+    rep = add("report", _cmd_report, "Chart a board-window's score distribution as a PNG.")
+    rep.add_argument("board")
+    rep.add_argument("--window", default="all-time",
+                     help="daily|weekly|monthly|season|all-time or a window id")
+    rep.add_argument("--as-of", help="YYYY-MM-DD (default: the live version)")
+    rep.add_argument("--out", help="PNG path (default under DATA/reports/)")
+
     demo = add("demo", _cmd_demo, "The main job on embedded defaults.")
     demo.add_argument("--players", type=int, default=20_000)
     demo.add_argument("--days", type=int, default=14)
@@ -205,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
-    except (SettingsError, RegistryError, UsageError) as exc:
+    except (SettingsError, RegistryError, UsageError, WindowError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
     except KeyboardInterrupt:

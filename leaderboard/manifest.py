@@ -28,6 +28,7 @@ __all__ = [
     "manifests_dir",
     "read_current",
     "read_version",
+    "version_as_of",
     "swap_current",
     "watermark_for",
     "write_version",
@@ -176,3 +177,9 @@ def list_versions(lake: Path) -> list[Manifest]:
         except (ValueError, TypeError):
             continue
     return sorted(found, key=lambda m: (m.as_of, m.created_at))
+
+
+def version_as_of(lake: Path, as_of: date) -> Manifest | None:
+    """The latest version computed for `as_of` (the one history answers for that date)."""
+    found = [m for m in list_versions(lake) if m.as_of == as_of.isoformat()]
+    return found[-1] if found else None

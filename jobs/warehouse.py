@@ -1,0 +1,144 @@
+"""The analysts' warehouse: `$LEADERBOARD_DATA/warehouse.duckdb`, views over the lake.
+
+Views: `events` (the landing zone), `rollups` (the live version's rollups), `standings` (every
+as_of's latest version: as_of, version, board, window_id, then the standings columns),
+`standings_current`, `histograms`, `boards`. The file is rebuilt beside the old one and
+swapped in by rename, so an analyst holding the old file open is never blocked and never
+sees a half-built warehouse. Open it read-only: `duckdb -readonly data/warehouse.duckdb`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from leaderboard.manifest import Manifest, list_versions, read_current
+from leaderboard.registry import Registry
+
+__all__ = ["refresh_warehouse", "warehouse_path"]
+
+_STANDINGS_COLUMNS = ("player_id, score, sort_key, rank, percentile, matches, reached_at, "
+                      "first_event_at, last_event_at")
+_HISTOGRAM_COLUMNS = "kind, bucket, lower, upper, players, rank_from, rank_to"
+
+
+def warehouse_path(data_dir: Path) -> Path:
+    return data_dir / "warehouse.duckdb"
+
+
+def _latest_per_day(lake: Path) -> list[Manifest]:
+    latest: dict[str, Manifest] = {}
+    for manifest in list_versions(lake):
+        latest[manifest.as_of] = manifest  # list_versions is oldest first
+    return [latest[d] for d in sorted(latest)]
+
+
+def _files_table(lake: Path, manifests: list[Manifest], column: str) -> pa.Table:
+    parts = []
+    for manifest in manifests:
+        index = manifest.standings(lake)
+        n = index.num_rows
+        parts.append(pa.table({
+            "as_of": pa.array([manifest.as_of] * n, pa.string()).cast(pa.date32()),
+            "version": pa.array([manifest.version] * n, pa.string()),
+            "board": index.column("board"), "window_id": index.column("window_id"),
+            "path": pc.binary_join_element_wise(str(lake) + "/", index.column(column), ""),
+        }))
+    if not parts:
+        return pa.table({"as_of": pa.array([], pa.date32()), "version": pa.array([], pa.string()),
+                         "board": pa.array([], pa.string()),
+                         "window_id": pa.array([], pa.string()),
+                         "path": pa.array([], pa.string())})
+    return pa.concat_tables(parts)
+
+
+def _paths_sql(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _boards_table(registry: Registry) -> pa.Table:
+    return pa.table({
+        "board": [b.name for b in registry.boards],
+        "scope": [b.scope for b in registry.boards],
+        "scope_value": [b.scope_value for b in registry.boards],
+        "windows": [list(b.windows) for b in registry.boards],
+        "aggregation": [b.aggregation for b in registry.boards],
+        "sort_order": [b.order for b in registry.boards],
+        "ties": [b.ties for b in registry.boards],
+        "min_points": [b.min_points for b in registry.boards],
+        "max_points": [b.max_points for b in registry.boards],
+        "grace_seconds": [int(b.grace.total_seconds()) for b in registry.boards],
+    })
+
+
+def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
+    """Rebuild the warehouse views for the lake's current state; returns its path."""
+    lake = (data_dir / "lake").resolve()
+    target = warehouse_path(data_dir)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temp.unlink(missing_ok=True)
+    manifests = _latest_per_day(lake)
+    current = read_current(lake)
+    con = duckdb.connect(str(temp))
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        events = sorted(str(p) for p in lake.glob("events/ingest_date=*/part-*.parquet"))
+        if events:
+            con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({_paths_sql(events)},"
+                        " hive_partitioning = true)")
+        else:
+            con.execute("CREATE VIEW events AS SELECT NULL::VARCHAR AS match_id, NULL::VARCHAR "
+                        "AS player_id, NULL::BIGINT AS points, NULL::TIMESTAMPTZ AS event_time, "
+                        "NULL::VARCHAR AS region, NULL::VARCHAR AS mode, NULL::VARCHAR AS "
+                        "server_id, NULL::TIMESTAMPTZ AS ingested_at, NULL::DATE AS ingest_date "
+                        "WHERE false")
+        for name, column, columns in (("standings", "path", _STANDINGS_COLUMNS),
+                                      ("histograms", "histogram", _HISTOGRAM_COLUMNS)):
+            files = _files_table(lake, manifests, column)
+            con.register("files_arrow", files)
+            con.execute(f"CREATE TABLE {name}_files AS SELECT * FROM files_arrow")
+            con.unregister("files_arrow")
+            paths = sorted(set(files.column("path").to_pylist()))
+            if paths:
+                con.execute(f"""
+                    CREATE VIEW {name} AS
+                    SELECT f.as_of, f.version, f.board, f.window_id, {columns}
+                    FROM read_parquet({_paths_sql(paths)}, filename = true,
+                                      hive_partitioning = false) s
+                    JOIN {name}_files f ON f.path = s.filename AND f.window_id = s.window_id
+                """)
+            else:
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_files WHERE false")
+        if current is not None:
+            con.execute(f"CREATE VIEW standings_current AS SELECT * FROM standings "
+                        f"WHERE version = '{current.version}'")
+            rollups = current.rollups(lake)
+            index = pa.table({
+                "path": [str(lake / e["path"]) for e in rollups.values()],
+                "event_date": pa.array([e for e in rollups], pa.string()).cast(pa.date32()),
+            })
+            con.register("rollup_arrow", index)
+            con.execute("CREATE TABLE rollup_files AS SELECT * FROM rollup_arrow")
+            con.unregister("rollup_arrow")
+            paths = sorted(set(index.column("path").to_pylist()))
+            con.execute(f"""
+                CREATE VIEW rollups AS
+                SELECT r.* EXCLUDE (filename) FROM read_parquet({_paths_sql(paths)},
+                    filename = true, hive_partitioning = false) r
+                SEMI JOIN rollup_files i ON i.path = r.filename AND i.event_date = r.event_date
+            """ if paths else "CREATE VIEW rollups AS SELECT * FROM rollup_files WHERE false")
+        else:
+            con.execute("CREATE VIEW standings_current AS SELECT * FROM standings WHERE false")
+            con.execute("CREATE VIEW rollups AS SELECT NULL::VARCHAR AS player_id WHERE false")
+        con.register("boards_arrow", _boards_table(registry))
+        con.execute("CREATE TABLE boards AS SELECT * FROM boards_arrow")
+        con.unregister("boards_arrow")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    os.replace(temp, target)
+    return target
