@@ -1,0 +1,110 @@
+"""The analysts' warehouse and the score-distribution chart, on a real published lake."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import duckdb
+import pytest
+from lakes import day, land, random_stream
+
+from jobs.batch import run_batch
+from jobs.report import ReportError, score_distribution_png
+from jobs.warehouse import refresh_warehouse
+from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def published_lake(tmp_path_factory):
+    data = tmp_path_factory.mktemp("warehouse")
+    registry = load_registry()
+    land(data / "lake", registry, random_stream(11, start=day("2026-11-27"), days=4,
+                                                matches=120, regions=("na", "eu")))
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
+    for as_of in (date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)):
+        run_batch(settings, as_of)
+    refresh_warehouse(data, registry)
+    return data
+
+
+def test_views_answer_the_readme_queries(published_lake):
+    con = duckdb.connect(str(published_lake / "warehouse.duckdb"), read_only=True)
+    try:
+        names = {r[0] for r in con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        assert {"events", "rollups", "standings", "standings_current", "histograms"} <= names
+        assert con.execute("SELECT count(*) FROM boards").fetchall()[0][0] == 8
+        days = [r[0] for r in con.execute(
+            "SELECT DISTINCT as_of FROM standings ORDER BY 1").fetchall()]
+        assert days == [date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)]
+        top = con.execute("""
+            SELECT player_id, score, rank FROM standings
+            WHERE as_of = DATE '2026-11-30' AND board = 'global' AND window_id = 'all-time'
+            ORDER BY rank, player_id LIMIT 10""").fetchall()
+        assert top and top[0][2] == 1
+        current = con.execute("""SELECT player_id, score, rank FROM standings_current
+            WHERE board = 'global' AND window_id = 'all-time'
+            ORDER BY rank, player_id LIMIT 10""").fetchall()
+        assert current == top
+        history = con.execute("""
+            SELECT as_of, rank FROM standings
+            WHERE board = 'global' AND window_id = 'all-time' AND player_id = ?
+            ORDER BY as_of""", [top[0][0]]).fetchall()
+        assert len(history) == 3
+        movers = con.execute("""
+            SELECT t.player_id, y.rank - t.rank AS moved FROM standings t
+            JOIN standings y ON y.player_id = t.player_id AND y.board = t.board
+             AND y.window_id = t.window_id AND y.as_of = t.as_of - 1
+            WHERE t.as_of = DATE '2026-11-30' AND t.board = 'global'
+              AND t.window_id = 'all-time'
+            ORDER BY moved DESC LIMIT 5""").fetchall()
+        assert movers
+        depth = con.execute("""SELECT sum(players) FROM histograms WHERE kind = 'depth'
+            AND as_of = DATE '2026-11-30' AND board = 'global'
+            AND window_id = 'all-time'""").fetchall()[0][0]
+        rows = con.execute("""SELECT count(*) FROM standings WHERE as_of = DATE '2026-11-30'
+            AND board = 'global' AND window_id = 'all-time'""").fetchall()[0][0]
+        assert depth == rows > 0
+        events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        matches = con.execute("SELECT sum(matches) FROM rollups").fetchall()[0][0]
+        assert 0 < matches <= events
+    finally:
+        con.close()
+
+
+def test_a_reader_holding_the_old_warehouse_is_not_blocked(published_lake):
+    reader = duckdb.connect(str(published_lake / "warehouse.duckdb"), read_only=True)
+    try:
+        refresh_warehouse(published_lake, load_registry())
+        assert reader.execute("SELECT count(*) FROM standings").fetchall()[0][0] > 0
+    finally:
+        reader.close()
+
+
+def test_opens_read_only_from_another_process(published_lake):
+    code = ("import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); "
+            "print(c.execute('SELECT count(*) FROM standings_current').fetchall()[0][0])")
+    done = subprocess.run([sys.executable, "-c", code, str(published_lake / "warehouse.duckdb")],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert int(done.stdout.strip()) > 0
+
+
+def test_report_draws_a_png(published_lake, tmp_path):
+    out = score_distribution_png(published_lake / "lake", "global", "all-time",
+                                 date(2026, 11, 30), tmp_path / "chart.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 5000
+
+
+def test_report_explains_a_missing_version_or_window(published_lake, tmp_path):
+    with pytest.raises(ReportError, match="no batch version as of 2020-01-01"):
+        score_distribution_png(published_lake / "lake", "global", "all-time",
+                               date(2020, 1, 1), tmp_path / "x.png")
+    with pytest.raises(ReportError, match="has no global daily:2020-01-01"):
+        score_distribution_png(published_lake / "lake", "global", "daily:2020-01-01",
+                               date(2026, 11, 30), tmp_path / "x.png")
+    assert not Path(tmp_path / "x.png").exists()
