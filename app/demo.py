@@ -1,7 +1,9 @@
 """`leaderboard demo`: the main job on embedded defaults, end to end on one machine.
 
 Generates a deterministic season into the data dir (once: a marker records the spec, so a
-rerun reuses it), lands it through the validating landing path, and prints a summary.
+rerun reuses it), lands it through the validating landing path, runs the nightly batch for
+every past day (incrementally after the first), refreshes the analysts' warehouse and prints
+the standings.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-from datetime import timedelta
+from datetime import date, timedelta
 
 from rich.console import Console
 
@@ -50,7 +52,44 @@ def run_demo(settings: Settings, args: argparse.Namespace, *, out: Console, err:
                   f"{report.rejected:,} quarantined, {report.duplicates_in_batch:,} "
                   "in-batch retries dropped")
     _summarise_lake(settings, out)
+    _run_batches(settings, spec.start, settings.now().date() - timedelta(days=1), out, err)
     return 0
+
+
+def _run_batches(settings: Settings, first: date, last: date, out: Console,
+                 err: Console) -> None:
+    """The nightly batch for every past day not yet published (incremental after the first)."""
+    from rich.table import Table
+
+    from jobs.batch import run_batch
+    from jobs.warehouse import refresh_warehouse
+    from leaderboard.batch_view import open_current
+    from leaderboard.manifest import list_versions
+
+    done = {m.as_of for m in list_versions(settings.lake_dir)}
+    day = first
+    with err.status("nightly batches") as status:
+        while day <= last:
+            if day.isoformat() not in done:
+                status.update(f"batch as of {day}")
+                result = run_batch(settings, day)
+                err.log(f"batch {day}: {result.mode}, {result.events:,} new events, "
+                        f"{result.windows_built} board-windows in {result.seconds:.1f} s")
+            day += timedelta(days=1)
+        status.update("refreshing the analysts' warehouse")
+        warehouse = refresh_warehouse(settings.data_dir, settings.registry)
+    view = open_current(settings.lake_dir)
+    if view is None:
+        return
+    table = Table(title=f"global all-time, batch as of {view.as_of}", title_justify="left")
+    for name in ("rank", "player", "score", "percentile", "matches"):
+        table.add_column(name, justify="right" if name != "player" else "left")
+    standings = view.standings("global", "all-time")
+    for row in (standings.slice(0, 10).to_pylist() if standings is not None else []):
+        table.add_row(str(row["rank"]), row["player_id"], f"{row['score']:,}",
+                      f"{row['percentile']:.2f}", f"{row['matches']:,}")
+    out.print(table)
+    out.print(f"analysts' warehouse: {warehouse}  (duckdb -readonly {warehouse})")
 
 
 def _summarise_lake(settings: Settings, out: Console) -> None:
