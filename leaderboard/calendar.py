@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 
+from leaderboard.timeutil import to_utc
+
 __all__ = [
     "ALL_TIME",
     "DAILY",
@@ -38,7 +40,7 @@ _MONTH_ID = re.compile(r"^(\d{4})-(\d{2})$")
 
 
 class WindowError(ValueError):
-    """A window id or kind that the calendar does not know."""
+    """A window id or kind that the calendar does not know, or one past datetime's range."""
 
 
 @dataclass(frozen=True, order=True)
@@ -57,7 +59,8 @@ class Window:
         """The counting rule: event_time in the window, ingested_at <= end + grace."""
         if not self.contains(event_time):
             return False
-        return self.end is None or ingested_at <= self.end + grace
+        # ingested_at - end is a timedelta, which cannot overflow where end + grace can.
+        return self.end is None or ingested_at - self.end <= grace
 
     @property
     def last_date(self) -> date | None:
@@ -107,27 +110,43 @@ class Calendar:
         return self._window_on(kind, day)
 
     def window_at(self, kind: str, instant: datetime) -> Window | None:
-        """The window of `kind` containing `instant` (UTC)."""
-        return self._window_on(kind, instant.astimezone(UTC).date())
+        """The window of `kind` containing `instant` (naive means UTC, as everywhere)."""
+        try:
+            day = to_utc(instant).date()
+        except OverflowError:
+            raise WindowError(f"{instant.isoformat()} is outside the range of UTC dates") from None
+        return self._window_on(kind, day)
 
     def _window_on_uncached(self, kind: str, day: date) -> Window | None:
+        """_window_on_raw, with a window past datetime's range as a WindowError."""
+        try:
+            return self._window_on_raw(kind, day)
+        except WindowError:
+            raise
+        except (OverflowError, ValueError):
+            raise WindowError(
+                f"the {kind} window of {day.isoformat()} would end after "
+                f"{date.max.isoformat()}, beyond the range of dates"
+            ) from None
+
+    def _window_on_raw(self, kind: str, day: date) -> Window | None:
         if kind == DAILY:
             return Window(_midnight(day), f"{DAILY}:{day.isoformat()}", DAILY,
                           _midnight(day + timedelta(days=1)))
         if kind == WEEKLY:
             monday = day - timedelta(days=day.weekday())
             iso_year, iso_week, _ = monday.isocalendar()
-            return Window(_midnight(monday), f"{WEEKLY}:{iso_year}-W{iso_week:02d}", WEEKLY,
+            return Window(_midnight(monday), f"{WEEKLY}:{iso_year:04d}-W{iso_week:02d}", WEEKLY,
                           _midnight(monday + timedelta(days=7)))
         if kind == MONTHLY:
             first = day.replace(day=1)
-            return Window(_midnight(first), f"{MONTHLY}:{first.year}-{first.month:02d}", MONTHLY,
-                          _midnight(_add_months(first, 1)))
+            return Window(_midnight(first), f"{MONTHLY}:{first.year:04d}-{first.month:02d}",
+                          MONTHLY, _midnight(_add_months(first, 1)))
         if kind == SEASON:
             if self.seasons is None:
                 quarter = (day.month - 1) // 3
                 first = date(day.year, quarter * 3 + 1, 1)
-                return Window(_midnight(first), f"{SEASON}:{day.year}-S{quarter + 1}", SEASON,
+                return Window(_midnight(first), f"{SEASON}:{day.year:04d}-S{quarter + 1}", SEASON,
                               _midnight(_add_months(first, 3)))
             for season in self.seasons:
                 if season.start <= day < season.end:
@@ -173,7 +192,10 @@ class Calendar:
                 f"window id {window_id!r} is malformed; expected e.g. daily:2026-12-01, "
                 "weekly:2026-W49, monthly:2026-12, season:2026-S4 or all-time"
             ) from None
-        found = self._window_on(kind, day)
+        try:
+            found = self._window_on(kind, day)
+        except WindowError as exc:
+            raise WindowError(f"window id {window_id!r} cannot be used: {exc}") from None
         assert found is not None and found.id == window_id, (window_id, found)
         return found
 

@@ -199,29 +199,36 @@ def _board_settings(table: dict[str, Any], base: dict[str, Any], source: str,
                     where: str) -> dict[str, Any]:
     merged = dict(base)
     merged.update({k: v for k, v in table.items() if k not in ("scope", "name")})
+
+    def key_of(key: str) -> str:
+        """Where a setting was written: the board, or [board_defaults] it inherits."""
+        return f"{where}.{key}" if key in table or key not in base else f"board_defaults.{key}"
+
     windows = merged.get("windows", list(WINDOW_KINDS))
     if not isinstance(windows, list) or not windows:
-        raise _fail(source, f"{where}.windows", "must be a non-empty list")
+        raise _fail(source, key_of("windows"), "must be a non-empty list")
     for window in windows:
         if window not in WINDOW_KINDS:
-            raise _fail(source, f"{where}.windows",
+            raise _fail(source, key_of("windows"),
                         f"has {window!r}; windows are {', '.join(WINDOW_KINDS)}")
     if len(set(windows)) != len(windows):
-        raise _fail(source, f"{where}.windows", "lists a window twice")
+        raise _fail(source, key_of("windows"), "lists a window twice")
     for key, allowed, default in (("aggregation", AGGREGATIONS, "sum"),
                                   ("order", ORDERS, "desc"), ("ties", TIE_POLICIES, "shared")):
         value = merged.get(key, default)
         if value not in allowed:
-            raise _fail(source, f"{where}.{key}", f"is {value!r}; use one of {', '.join(allowed)}")
+            raise _fail(source, key_of(key), f"is {value!r}; use one of {', '.join(allowed)}")
         merged[key] = value
     for key, default in (("min_points", 0), ("max_points", 1000)):
         value = merged.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _fail(source, f"{where}.{key}", f"is {value!r}; it must be an integer")
+            raise _fail(source, key_of(key), f"is {value!r}; it must be an integer")
         merged[key] = value
     if merged["min_points"] > merged["max_points"]:
-        raise _fail(source, where, f"has min_points {merged['min_points']} > max_points "
-                                   f"{merged['max_points']}")
+        bounds_from = ("board_defaults" if not {"min_points", "max_points"} & set(table)
+                       else where)
+        raise _fail(source, bounds_from, f"has min_points {merged['min_points']} > max_points "
+                                         f"{merged['max_points']}")
     merged["windows"] = tuple(w for w in WINDOW_KINDS if w in windows)
     return merged
 
@@ -265,10 +272,13 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
         if unknown:
             raise _fail(source, f"{where}.{sorted(unknown)[0]}", "is not a known board key")
         settings = _board_settings(entry, defaults, source, where)
+        grace_key = ("board_defaults.grace" if "grace" not in entry and "grace" in defaults
+                     else f"{where}.grace")
         try:
-            board_grace = parse_duration(settings.get("grace", limits.get("grace", "7d")))
+            board_grace = parse_duration(settings.get("grace", limits.get("grace", "7d")),
+                                         what=grace_key)
         except ValueError as exc:
-            raise _fail(source, f"{where}.grace", f"is invalid: {exc}") from None
+            raise _fail(source, grace_key, f"is invalid: {exc}") from None
         scope = entry.get("scope")
         if not isinstance(scope, str):
             raise _fail(source, f"{where}.scope", "is missing; use global, region:<r> or mode:<m>")

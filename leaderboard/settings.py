@@ -56,11 +56,17 @@ class Settings:
         if isinstance(given.get("data_dir"), str):
             given["data_dir"] = Path(str(given["data_dir"]))
         if isinstance(given.get("now_override"), str):
-            given["now_override"] = parse_instant(str(given["now_override"]), what="--now")
+            try:
+                given["now_override"] = parse_instant(str(given["now_override"]), what="--now")
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
+        if isinstance(given.get("engine"), str):
+            given["engine"] = str(given["engine"]).lower()
         settings = replace(settings, **given)  # type: ignore[arg-type]
         if settings.engine not in ENGINES:
+            where = "--engine " if "engine" in given else "LEADERBOARD_ENGINE="
             raise SettingsError(
-                f"LEADERBOARD_ENGINE={settings.engine!r} is not an engine; use duckdb or spark"
+                f"{where}{settings.engine!r} is not an engine; use duckdb or spark"
             )
         return settings
 

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from leaderboard.calendar import WindowError
 from leaderboard.registry import Registry
 from leaderboard.schema import EVENT_SCHEMA, INPUT_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP
 from leaderboard.sortkey import max_abs_score
@@ -31,7 +32,7 @@ _MATCH_ID_MAX = 128
 REASONS: dict[str, str] = {
     "unparseable": "a line or record of the input file could not be parsed",
     "missing_field": "a required field is absent or null",
-    "bad_type": "a field has a value of the wrong type",
+    "bad_type": "a field has a value of the wrong type or out of range",
     "bad_match_id": "match_id is empty, too long or has control characters",
     "bad_player_id": "player_id is not 1-64 chars of [A-Za-z0-9_.:-]",
     "bad_server_id": "server_id is not 1-64 chars of [A-Za-z0-9_.:-]",
@@ -41,10 +42,12 @@ REASONS: dict[str, str] = {
     "event_time_in_future": "event_time is ahead of the landing clock by more than future_skew",
     "points_out_of_bounds": "points outside a board's plausibility bounds",
     "sort_key_overflow": "points too large for an exact `earliest` sort key",
+    "no_window": "event_time falls in no window of any board it belongs to",
     "too_late": "ingested after end + grace of every window the event falls in",
 }
 
 _EPOCH = date(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_DAY = 86_400_000_000
 
 
@@ -115,7 +118,7 @@ def _as_points(column: pa.ChunkedArray, checks: _Checks) -> npt.NDArray[np.int64
     n = len(column)
     type_ = column.type
     if pa.types.is_integer(type_):
-        if pa.types.is_unsigned_integer(type_):
+        if pa.types.is_uint64(type_):
             too_big = _mask(pc.greater(column, pa.scalar(2**63 - 1, type_)))
             checks.fail(too_big, "bad_type", lambda i: f"points {column[i].as_py()} overflows int64")
             column = pc.if_else(pa.array(too_big), pa.scalar(0, type_), column)
@@ -125,14 +128,17 @@ def _as_points(column: pa.ChunkedArray, checks: _Checks) -> npt.NDArray[np.int64
         with np.errstate(invalid="ignore"):
             bad = ~np.isfinite(values) | (np.floor(values) != values) | (np.abs(values) >= 2**62)
         bad &= ~_mask(pc.is_null(column))
-        checks.fail(bad, "bad_type", lambda i: f"points {_shown(values[i])} is not an integer")
+        checks.fail(bad, "bad_type",
+                    lambda i: f"points {_shown(float(values[i]))} is not an integer")
         return np.where(bad, 0, values).astype(np.int64)
     if _is_text(type_):
         text = pc.cast(column, pa.string())
         ok = _mask(pc.match_substring_regex(text, r"^\s*[+-]?\d{1,18}\s*$"))
         bad = ~ok & ~_mask(pc.is_null(text))
         checks.fail(bad, "bad_type", lambda i: f"points {_shown(text[i].as_py())} is not an integer")
-        cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(text), pa.scalar("0"))
+        # Arrow's string->int64 cast refuses a leading '+', which the pattern allows.
+        unsigned = pc.utf8_ltrim(pc.utf8_trim_whitespace(text), characters="+")
+        cleaned = pc.if_else(pa.array(ok), unsigned, pa.scalar("0"))
         return np.asarray(pc.cast(cleaned, pa.int64()).to_numpy(), dtype=np.int64)
     present = ~_mask(pc.is_null(column))
     checks.fail(present, "bad_type", f"points must be an integer, got {type_}")
@@ -141,10 +147,16 @@ def _as_points(column: pa.ChunkedArray, checks: _Checks) -> npt.NDArray[np.int64
 
 def _parse_instant_text(value: str) -> datetime | None:
     try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
+        return to_utc(datetime.fromisoformat(value.strip()))
+    except (ValueError, OverflowError):  # OverflowError: an offset past year 1 or 9999
         return None
-    return to_utc(parsed)
+
+
+def _to_timestamp(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Cast to TIMESTAMP; nanoseconds are truncated to microseconds, not refused."""
+    type_ = column.type
+    truncate = pa.types.is_timestamp(type_) and type_.unit == "ns"
+    return pc.cast(column, TIMESTAMP, safe=not truncate)
 
 
 def _as_event_time(column: pa.ChunkedArray, checks: _Checks) -> pa.ChunkedArray:
@@ -152,7 +164,7 @@ def _as_event_time(column: pa.ChunkedArray, checks: _Checks) -> pa.ChunkedArray:
     if pa.types.is_timestamp(type_):
         if type_.tz is None:
             column = pc.assume_timezone(column, "UTC")
-        return pc.cast(column, TIMESTAMP)
+        return _to_timestamp(column)
     if pa.types.is_date(type_):
         return pc.cast(pc.cast(column, pa.timestamp("us")), TIMESTAMP)
     if _is_text(type_):
@@ -178,7 +190,15 @@ def _as_event_time(column: pa.ChunkedArray, checks: _Checks) -> pa.ChunkedArray:
 
 def _micros(value: datetime) -> int:
     value = to_utc(value)
-    return int((value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1))
+    return int((value - _EPOCH_UTC) // timedelta(microseconds=1))
+
+
+def _iso(micros: int) -> str:
+    """An instant (us since the epoch) in ISO 8601, even one outside datetime's range."""
+    try:
+        return (_EPOCH_UTC + timedelta(microseconds=micros)).isoformat()
+    except OverflowError:
+        return f"{micros} us from 1970-01-01 (outside years 1-9999)"
 
 
 def _to_micros(column: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.int64]:
@@ -188,25 +208,46 @@ def _to_micros(column: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.int64]:
     return np.asarray(filled.to_numpy(), dtype=np.int64)
 
 
-def _deadlines(
-    registry: Registry, days: npt.NDArray[np.int64]
-) -> dict[str, npt.NDArray[np.float64]]:
-    """Per board, per unique event day: the latest ingested_at (us) any window still counts."""
+@dataclass(frozen=True)
+class _Deadlines:
+    """One board, per unique event day: the latest ingested_at (us) any window still counts
+    (-inf: the day is in no window of the board), and days with a window past year 9999."""
+
+    latest: npt.NDArray[np.float64]
+    out_of_range: npt.NDArray[np.bool_]
+
+
+def _deadlines(registry: Registry, days: npt.NDArray[np.int64]) -> dict[str, _Deadlines]:
+    """Per board, per unique event day: see _Deadlines."""
     calendar = registry.calendar
-    result: dict[str, npt.NDArray[np.float64]] = {}
-    dates = [_EPOCH + timedelta(days=int(d)) for d in days]
+    result: dict[str, _Deadlines] = {}
+    dates: list[date | None] = []
+    for d in days:
+        try:
+            dates.append(_EPOCH + timedelta(days=int(d)))
+        except OverflowError:
+            dates.append(None)
     for board in registry.boards:
+        grace = board.grace // timedelta(microseconds=1)
         out = np.full(len(days), -np.inf)
+        out_of_range = np.zeros(len(days), dtype=bool)
         for j, day in enumerate(dates):
+            if day is None:
+                out_of_range[j] = True
+                continue
             for kind in board.windows:
-                window = calendar.window_on(kind, day)
+                try:
+                    window = calendar.window_on(kind, day)
+                except WindowError:
+                    out_of_range[j] = True
+                    break
                 if window is None:
                     continue
                 if window.end is None:
                     out[j] = np.inf
-                    break
-                out[j] = max(out[j], float(_micros(window.end + board.grace)))
-        result[board.name] = out
+                    continue
+                out[j] = max(out[j], float(_micros(window.end) + grace))
+        result[board.name] = _Deadlines(out, out_of_range)
     return result
 
 
@@ -277,11 +318,11 @@ def validate_events(
     micros = _to_micros(event_time)
     origin = _micros(datetime.combine(registry.calendar.all_time_start, datetime.min.time(), UTC))
     checks.fail(micros < origin, "before_calendar_start",
-                lambda i: f"event_time {event_time[i].as_py().isoformat()} is before the calendar "
+                lambda i: f"event_time {_iso(int(micros[i]))} is before the calendar "
                           f"start {registry.calendar.all_time_start}")
     limit = _micros(now) + int(registry.future_skew / timedelta(microseconds=1))
     checks.fail(micros > limit, "event_time_in_future",
-                lambda i: f"event_time {event_time[i].as_py().isoformat()} is more than "
+                lambda i: f"event_time {_iso(int(micros[i]))} is more than "
                           f"{registry.future_skew} ahead of the landing clock {now.isoformat()}")
 
     if ingested_at is None:
@@ -293,14 +334,19 @@ def validate_events(
     elif isinstance(ingested_at, datetime):
         landed = np.full(n, _micros(ingested_at), dtype=np.int64)
     else:
-        landed = _to_micros(ingested_at)
+        landed = _to_micros(_to_timestamp(ingested_at))
 
     region_values = np.asarray(pc.fill_null(text["region"], "").to_numpy(zero_copy_only=False))
     mode_values = np.asarray(pc.fill_null(text["mode"], "").to_numpy(zero_copy_only=False))
-    days = np.floor_divide(micros, _US_PER_DAY)
-    unique_days, day_index = np.unique(days, return_inverse=True)
-    deadlines = _deadlines(registry, unique_days) if n else {}
+    # Windows only for rows still ok: a rejected event_time may be anywhere in years 1-9999.
+    pending = ~checks.failed
+    unique_days, pending_index = np.unique(np.floor_divide(micros[pending], _US_PER_DAY),
+                                           return_inverse=True)
+    day_index = np.zeros(n, dtype=np.intp)
+    day_index[pending] = pending_index.reshape(-1)
+    deadlines = _deadlines(registry, unique_days) if unique_days.size else {}
     best_deadline = np.full(n, -np.inf)
+    out_of_range = np.zeros(n, dtype=bool)
     for board in registry.boards:
         if board.scope == "global":
             applies = np.ones(n, dtype=bool)
@@ -316,15 +362,23 @@ def validate_events(
                       for k in board.windows)
             checks.fail(applies & (np.abs(points) > fit), "sort_key_overflow", lambda i, b=board, f=fit: (
                 f"points {points[i]} exceed |{f}|, the exact sort-key range of board {b.name}"))
-        if n:
-            best_deadline = np.where(applies, np.maximum(best_deadline,
-                                                         deadlines[board.name][day_index]),
+        if deadlines:
+            counted = applies & pending
+            board_days = deadlines[board.name]
+            best_deadline = np.where(counted, np.maximum(best_deadline,
+                                                         board_days.latest[day_index]),
                                      best_deadline)
+            out_of_range |= counted & board_days.out_of_range[day_index]
+    checks.fail(out_of_range, "bad_type",
+                lambda i: f"event_time {_iso(int(micros[i]))} is out of range: a window it "
+                          f"falls in ends after {date.max.isoformat()}")
+    checks.fail(best_deadline == -np.inf, "no_window",
+                lambda i: f"event_time {_iso(int(micros[i]))} falls in no window of any board "
+                          "it belongs to")
     late = landed.astype(np.float64) > best_deadline
     checks.fail(late, "too_late",
-                lambda i: f"event_time {event_time[i].as_py().isoformat()} ingested at "
-                          f"{datetime.fromtimestamp(landed[i] / 1e6, UTC).isoformat()}: past end + "
-                          "grace of every window it falls in")
+                lambda i: f"event_time {_iso(int(micros[i]))} ingested at "
+                          f"{_iso(int(landed[i]))}: past end + grace of every window it falls in")
 
     ok = ~checks.failed
     accepted = pa.table({

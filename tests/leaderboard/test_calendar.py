@@ -305,18 +305,13 @@ def test_all_time_window_starts_at_the_calendar_origin():
     assert window.contains(_utc(9000, 1, 1))
 
 
-# Window ids are documented as YYYY-...; years outside 1000-9998 break them today.
-@pytest.mark.xfail(strict=True, reason="BUG: window ids do not zero-pad years below 1000 "
-                   "(`weekly:1-W01`, `monthly:999-12`), so `window()` fails an internal assert "
-                   "instead of round-tripping; format years with :04d in calendar.py")
+# Window ids are documented as YYYY-...: years below 1000 are zero-padded, and a window that
+# would end past datetime.max (December 9999) is a WindowError, not an overflow.
 @pytest.mark.parametrize("window_id", ["weekly:0001-W01", "monthly:0999-12", "season:0999-S4"])
 def test_ids_of_years_below_1000_round_trip(calendar, window_id):
     assert calendar.window(window_id).id == window_id
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the last window of year 9999 ends past "
-                   "datetime.max, so `window()` raises OverflowError/ValueError instead of "
-                   "WindowError (and validate_events crashes, see test_validation.py)")
 @pytest.mark.parametrize("window_id", ["daily:9999-12-31", "monthly:9999-12", "season:9999-S4"])
 def test_ids_in_december_9999_raise_window_error(calendar, window_id):
     with pytest.raises(WindowError, match=repr(window_id)):
@@ -350,10 +345,6 @@ def test_resolve_full_ids_and_unknown_specs(calendar):
         calendar.resolve("hourly", now)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Calendar.window_at/resolve/next_reset call "
-                   "`instant.astimezone(UTC)`, which reads a naive datetime as the process's "
-                   "LOCAL time; the project rule (timeutil.to_utc) is naive = UTC. "
-                   "Use `to_utc(instant).date()` in window_at")
 def test_naive_now_is_utc_whatever_the_process_timezone(calendar, monkeypatch):
     monkeypatch.setenv("TZ", "America/New_York")
     time.tzset()

@@ -259,9 +259,6 @@ def test_bad_registry_names_the_bad_key(mutate, expected):
         assert fragment in message
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a bad value in [board_defaults] is reported as "
-                   "`boards[0].<key>`, a key the author never wrote; _board_settings should "
-                   "say `board_defaults.<key>` when the value came from the defaults")
 @pytest.mark.parametrize(("key", "value"), [("aggregation", "avg"), ("grace", "soon")])
 def test_bad_board_default_is_blamed_on_board_defaults(key, value):
     raw = base_registry_raw()

@@ -93,10 +93,6 @@ def test_a_bad_now_names_the_variable(value):
     assert "2026-12-01T12:00:00Z" in message, "shows an example"
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: a bad now_override flag "
-                   "(--now) raises a bare ValueError from parse_instant, not SettingsError, so "
-                   "callers that catch SettingsError to print a clean message crash instead; "
-                   "wrap the override parse in the same try/except as LEADERBOARD_NOW")
 def test_a_bad_now_flag_raises_settings_error():
     with pytest.raises(SettingsError, match="--now"):
         Settings.from_env({}, now_override="yesterday")
