@@ -151,3 +151,25 @@ def python_subprocess_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Any:
+    """One real Redis-compatible server for the session, on a free port, no persistence."""
+    from leaderboard.redis_server import EmbeddedRedis
+
+    server = EmbeddedRedis().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: Any) -> Any:
+    """A RESP2 client on a flushed server; flushed again afterwards."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url, protocol=2)
+    client.flushall()
+    yield client
+    client.flushall()
+    client.close()

@@ -13,7 +13,7 @@ from leaderboard.registry import Registry, parse_registry
 from leaderboard.schema import TIMESTAMP
 from speed_layer.ingest import Ingestor
 
-__all__ = ["EXOTIC", "land", "random_stream", "registry_from"]
+__all__ = ["EXOTIC", "day", "land", "random_stream", "registry_from", "write_registry"]
 
 #: A registry exercising every aggregation, both orders, both tie policies, custom windows
 #: and a short grace.
@@ -96,3 +96,20 @@ def land(lake: Path, registry: Registry, events: list[dict], *, writer: str = "t
 
 def day(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def write_registry(path: Path, raw: dict) -> None:
+    """Write a registry dict as TOML (enough of TOML for the test registries)."""
+    lines = []
+    for key in ("regions", "modes"):
+        lines.append(f"{key} = {raw[key]!r}".replace("'", '"'))
+    for table in ("limits", "board_defaults"):
+        if table in raw:
+            lines.append(f"[{table}]")
+            for k, v in raw[table].items():
+                lines.append(f"{k} = {v!r}".replace("'", '"'))
+    for board in raw["boards"]:
+        lines.append("[[boards]]")
+        for k, v in board.items():
+            lines.append(f"{k} = {v!r}".replace("'", '"'))
+    path.write_text("\n".join(lines) + "\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lakes import EXOTIC, day, land, random_stream, registry_from
+from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
 from oracle import reference_standings
 
 from jobs.batch import run_batch
@@ -69,28 +69,12 @@ def world(request, tmp_path):
                                modes=("ranked", "casual"))
     else:
         config = str(tmp_path / "exotic.toml")
-        _write_toml(Path(config), EXOTIC)
+        write_registry(Path(config), EXOTIC)
         registry = registry_from(EXOTIC)
         stream = random_stream(2, start=START, points=(-5, 0, 3, 3, 7, 20, 20))
     data = tmp_path / "data"
     land(data / "lake", registry, stream)
     return data, registry, config
-
-
-def _write_toml(path: Path, raw: dict) -> None:
-    lines = []
-    for key in ("regions", "modes"):
-        lines.append(f"{key} = {raw[key]!r}".replace("'", '"'))
-    for table in ("limits", "board_defaults"):
-        if table in raw:
-            lines.append(f"[{table}]")
-            for k, v in raw[table].items():
-                lines.append(f"{k} = {v!r}".replace("'", '"'))
-    for board in raw["boards"]:
-        lines.append("[[boards]]")
-        for k, v in board.items():
-            lines.append(f"{k} = {v!r}".replace("'", '"'))
-    path.write_text("\n".join(lines) + "\n")
 
 
 def test_full_run_matches_reference(world):
@@ -208,7 +192,7 @@ def test_earliest_overflow_is_a_clear_error(tmp_path):
            "boards": [{"scope": "global"}]}
     registry = registry_from(raw)
     config = tmp_path / "r.toml"
-    _write_toml(config, raw)
+    write_registry(config, raw)
     events = [{"match_id": f"m{i}", "player_id": "a", "points": 2**21 - 1,
                "event_time": START + timedelta(minutes=i), "region": "na", "mode": "ranked",
                "server_id": "s", "ingested_at": START + timedelta(minutes=i)} for i in range(3)]

@@ -1,0 +1,124 @@
+"""The Redis key schema of the speed layer, shared by the speed and serving layers.
+
+Per batch version V and board-window k, every key carries the hash tag `{board|window_id}`,
+so a board-window lives in one Redis Cluster slot and every script touches one slot:
+`lb:{k}:V:M` merged keys (zset), `:T` base keys of touched players (zset), `:C` fold
+checkpoints per writer (hash), `:L` last-event marks for `last` boards (hash), `:B` banned
+players (set). Global keys: `lb:current` (version pointer, JSON), `lb:banned` (set),
+`lb:V:progress` (writer -> last seq folded everywhere), `lb:V:windows` (set of touched k).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+
+from leaderboard.settings import Settings
+
+__all__ = [
+    "BANNED",
+    "CURRENT",
+    "BoardWindowKeys",
+    "SpeedVersion",
+    "connect",
+    "progress_key",
+    "read_current_version",
+    "version_tag",
+    "windows_key",
+]
+
+CURRENT = "lb:current"
+BANNED = "lb:banned"
+
+
+def version_tag(version: str | None) -> str:
+    """A short, stable tag for a batch version id (`2026-12-01.<stamp>.<hex>` -> `20261201a1b2c3`);
+    `none` before the first batch."""
+    if not version:
+        return "none"
+    as_of, _, rest = version.partition(".")
+    return as_of.replace("-", "") + rest.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class SpeedVersion:
+    """What `lb:current` says: the batch version whose base the speed state extends."""
+
+    version: str | None
+    watermark: datetime | None  # None before the first batch: every event is speed
+
+    @property
+    def tag(self) -> str:
+        return version_tag(self.version)
+
+    def to_json(self) -> str:
+        return json.dumps({"version": self.version,
+                           "watermark": None if self.watermark is None
+                           else self.watermark.isoformat()})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SpeedVersion:
+        data = json.loads(text)
+        mark = data.get("watermark")
+        return cls(data.get("version"), None if mark is None else datetime.fromisoformat(mark))
+
+
+@dataclass(frozen=True)
+class BoardWindowKeys:
+    board: str
+    window_id: str
+    tag: str
+
+    @property
+    def prefix(self) -> str:
+        return f"lb:{{{self.board}|{self.window_id}}}:{self.tag}"
+
+    @property
+    def merged(self) -> str:
+        return f"{self.prefix}:M"
+
+    @property
+    def touched(self) -> str:
+        return f"{self.prefix}:T"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.prefix}:C"
+
+    @property
+    def last_marks(self) -> str:
+        return f"{self.prefix}:L"
+
+    @property
+    def banned(self) -> str:
+        return f"{self.prefix}:B"
+
+    def all(self) -> list[str]:
+        return [self.merged, self.touched, self.checkpoints, self.last_marks, self.banned]
+
+
+def progress_key(tag: str) -> str:
+    return f"lb:{tag}:progress"
+
+
+def windows_key(tag: str) -> str:
+    return f"lb:{tag}:windows"
+
+
+def connect(settings: Settings) -> redis.Redis:
+    """A client for REDIS_URL, or for the local server kept under the data dir (started on
+    first use). RESP2 pinned: the layer depends on reply shapes."""
+    url = settings.redis_url
+    if url is None:
+        from leaderboard.redis_server import ensure_local_server
+
+        url = ensure_local_server(settings.data_dir)
+    return redis.Redis.from_url(url, protocol=2, decode_responses=False)
+
+
+def read_current_version(client: redis.Redis) -> SpeedVersion | None:
+    raw = client.get(CURRENT)
+    return None if raw is None else SpeedVersion.from_json(raw)

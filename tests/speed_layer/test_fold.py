@@ -1,0 +1,99 @@
+"""The fold into real Redis: merged keys equal the reference, exactly once under replays."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
+from oracle import reference_standings
+
+from jobs.batch import run_batch
+from leaderboard.lake import landed_files
+from leaderboard.manifest import read_current, watermark_for
+from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
+from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion
+from speed_layer.fold import Folder
+
+pytestmark = pytest.mark.redis
+START = day("2026-11-28")
+
+
+def merged(client, registry, tag: str) -> dict[tuple[str, str], dict[str, int]]:
+    """Every board-window's M as {player: key}."""
+    found = {}
+    for raw in client.scan_iter(match=f"lb:{{*}}:{tag}:M"):
+        name = raw.decode()
+        inner = name[name.index("{") + 1:name.index("}")]
+        board, window_id = inner.split("|", 1)
+        found[(board, window_id)] = {p.decode(): int(s) for p, s in
+                                     client.zrange(raw, 0, -1, withscores=True)}
+    return found
+
+
+@pytest.fixture(params=["default", "exotic"])
+def world(request, tmp_path):
+    if request.param == "default":
+        config, registry = None, load_registry()
+        # No re-deliveries here: they are the door's business (test_ingest), and past the
+        # door the speed layer counts what lands.
+        stream = random_stream(5, start=START, regions=("na", "eu"), modes=("ranked", "casual"),
+                               duplicate_share=0.0)
+    else:
+        config = str(tmp_path / "exotic.toml")
+        write_registry(Path(config), EXOTIC)
+        registry = registry_from(EXOTIC)
+        stream = random_stream(6, start=START, points=(-5, 0, 3, 3, 7, 20, 20),
+                               duplicate_share=0.0)
+    land(tmp_path / "lake", registry, stream)
+    return tmp_path / "lake", registry, config
+
+
+def test_speed_only_state_equals_reference(redis_client, world):
+    lake, registry, config = world
+    version = SpeedVersion(None, None)
+    folder = Folder(redis_client, registry, lake)
+    assert folder.catch_up(version) == len(landed_files(lake))
+    want = reference_standings(lake, registry, None)
+    got = merged(redis_client, registry, version.tag)
+    assert got == {k: {r.player_id: r.sort_key for r in rows} for k, rows in want.items() if rows}
+
+
+def test_folding_everything_again_changes_nothing(redis_client, world):
+    lake, registry, config = world
+    version = SpeedVersion(None, None)
+    folder = Folder(redis_client, registry, lake)
+    folder.catch_up(version)
+    before = merged(redis_client, registry, version.tag)
+    files = landed_files(lake)
+    for _ in range(3):  # duplicate delivery of every file, x3
+        for landed in files:
+            assert folder.fold(version, landed.writer, landed.seq,
+                               pq.read_table(landed.path)) == 0
+    assert merged(redis_client, registry, version.tag) == before
+
+
+def test_base_plus_speed_equals_reference(redis_client, world, tmp_path):
+    lake, registry, config = world
+    env = {"LEADERBOARD_DATA": str(lake.parent)}
+    if config:
+        env["LEADERBOARD_CONFIG"] = config
+    settings = Settings.from_env(env)
+    manifest = run_batch(settings, date(2026, 11, 29)).manifest
+    version = SpeedVersion(manifest.version, watermark_for(manifest.as_of_date))
+    Folder(redis_client, registry, lake).catch_up(version)
+    want = reference_standings(lake, registry, None)
+    view = read_current(lake)
+    assert view is not None
+    got = merged(redis_client, registry, version.tag)
+    for (board, window_id), rows in want.items():
+        touched = got.get((board, window_id), {})
+        for row in rows:
+            if row.player_id in touched:
+                assert touched[row.player_id] == row.sort_key, (board, window_id, row)
+    keys = BoardWindowKeys("global", "all-time", version.tag)
+    touched = redis_client.zcard(keys.touched)
+    assert 0 < touched <= redis_client.zcard(keys.merged)
