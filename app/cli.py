@@ -21,6 +21,7 @@ from rich.table import Table
 
 from leaderboard.calendar import WindowError
 from leaderboard.registry import RegistryError
+from leaderboard.lake import WriterBusy
 from leaderboard.settings import Settings, SettingsError
 
 __all__ = ["main"]
@@ -41,6 +42,27 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
     settings.registry  # noqa: B018 - validate the registry before any work starts
     return settings
+
+
+def _speed_layer(settings: Settings, *, start: bool = True) -> Any:
+    """The speed layer on REDIS_URL or the local server (started if `start`), or None."""
+    import redis
+
+    from leaderboard.speed_keys import connect
+    from speed_layer.service import SpeedLayer
+
+    if settings.redis_url is None and not start:
+        if not (settings.data_dir / "redis" / "server.json").exists():
+            return None
+    try:
+        client = connect(settings)
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, RuntimeError) as exc:
+        err.print(f"[yellow]warning:[/yellow] speed layer unreachable ({exc}); events are "
+                  "landed and the batch will absorb them; run `leaderboard speed repair` "
+                  "when Redis is back")
+        return None
+    return SpeedLayer(client, settings.registry, settings.lake_dir)
 
 
 def _print_reasons(title: str, reasons: dict[str, int]) -> None:
@@ -106,8 +128,13 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     per_file: list[dict[str, Any]] = []
     failures: list[str] = []
     writer = open_writer(settings.lake_dir, args.writer)
+    speed = None if args.no_speed else _speed_layer(settings)
     try:
-        ingestor = Ingestor(settings.registry, writer)
+        if speed is not None:
+            repaired = speed.repair()
+            if repaired:
+                err.print(f"speed layer: folded {repaired} landed file(s) left pending")
+        ingestor = Ingestor(settings.registry, writer, speed)
         for name in args.files:
             path = Path(name)
             try:
@@ -132,7 +159,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             extra = f", {item['skipped']:,} unplayed fixtures skipped" if item["skipped"] else ""
             out.print(f"{item['file']} ({item['format']}): {item['rows']:,} rows, "
                       f"{item['accepted']:,} accepted, {item['rejected']:,} rejected, "
-                      f"{item['duplicates']:,} in-batch retries dropped{extra}")
+                      f"{item['duplicates']:,} in-batch retries dropped, {item['retries']:,} "
+                      f"retries dropped at the door{extra}")
         out.print(f"total: {total.accepted:,} accepted in {len(total.files)} landed file(s), "
                   f"{total.rejected:,} quarantined" + (" (backfill)" if args.backfill else ""))
         _print_reasons("top rejection reasons", dict(total.reasons))
@@ -156,12 +184,18 @@ def _cmd_batch(args: argparse.Namespace) -> int:
                            step=lambda message: (status.update(message), err.log(message)))
         status.update("refreshing the analysts' warehouse")
         warehouse = refresh_warehouse(settings.data_dir, settings.registry)
+        speed = _speed_layer(settings, start=False)
+        rebased = None
+        if speed is not None:
+            status.update("rebasing the speed layer")
+            rebased = speed.rebase(result.manifest).version
     manifest = result.manifest
     summary = {"version": manifest.version, "as_of": manifest.as_of, "mode": result.mode,
                "engine": manifest.engine, "new_events": result.events,
                "events": manifest.inputs.get("events"), "windows_built": result.windows_built,
                "rows_written": result.standings_rows, "seconds": round(result.seconds, 3),
-               "warehouse": str(warehouse), "boards": manifest.boards}
+               "warehouse": str(warehouse), "boards": manifest.boards,
+               "speed_rebased_to": rebased}
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -169,6 +203,59 @@ def _cmd_batch(args: argparse.Namespace) -> int:
               f"{result.events:,} new events, {result.windows_built:,} board-windows rebuilt, "
               f"{result.standings_rows:,} standings rows in {result.seconds:.1f} s")
     out.print(f"warehouse: {warehouse} (duckdb -readonly {warehouse})")
+    if rebased:
+        out.print(f"speed layer rebased onto {rebased}")
+    return 0
+
+
+# -- speed layer ------------------------------------------------------------------------------
+
+def _require_speed(settings: Settings) -> Any:
+    speed = _speed_layer(settings)
+    if speed is None:
+        raise UsageError("the speed layer needs Redis: set REDIS_URL or leave it unset for the "
+                         "local server under the data dir")
+    return speed
+
+
+def _cmd_speed(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    speed = _require_speed(settings)
+    if args.action == "status":
+        status = speed.status().as_dict()
+        if args.json:
+            print(json.dumps(status))
+        else:
+            for key, value in status.items():
+                out.print(f"{key:>14}: {value}")
+        return 0
+    if args.action == "rebuild":
+        with err.status("rebuilding the speed state from the lake"):
+            folded = speed.rebuild(settings.now())
+        out.print(f"rebuilt {speed.current().version or 'no batch yet'}: folded {folded} file(s)")
+        return 0
+    if args.action == "rebase":
+        from leaderboard.manifest import read_current
+
+        manifest = read_current(settings.lake_dir)
+        if manifest is None:
+            raise UsageError("no batch version is published yet; run `leaderboard batch`")
+        out.print(f"speed layer on {speed.rebase(manifest).version}")
+        return 0
+    folded = speed.repair()
+    out.print(f"folded {folded} pending file(s)")
+    return 0
+
+
+def _cmd_ban(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    speed = _require_speed(settings)
+    if args.command == "ban":
+        count = speed.ban(args.player, settings.now(), args.reason or "")
+        out.print(f"banned {args.player}: gone from {count} live board-window(s)")
+    else:
+        count = speed.unban(args.player, settings.now())
+        out.print(f"unbanned {args.player}: restored in {count} live board-window(s)")
     return 0
 
 
@@ -242,6 +329,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="trusted historical import: ingested_at taken from event_time")
     ing.add_argument("--server-id", default="file", help="server_id for rows without one")
     ing.add_argument("--writer", default="cli", help="landing writer id")
+    ing.add_argument("--no-speed", action="store_true",
+                     help="land only; do not fold into the speed layer")
     ing.add_argument("--json", action="store_true")
 
     bat = add("batch", _cmd_batch, "Recompute, check and publish the standings as of a date.")
@@ -250,6 +339,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="batch engine (env LEADERBOARD_ENGINE, default duckdb)")
     bat.add_argument("--full", action="store_true", help="recompute everything")
     bat.add_argument("--json", action="store_true")
+
+    spd = add("speed", _cmd_speed, "Speed layer: status, repair, rebuild from the lake, rebase.")
+    spd.add_argument("action", choices=["status", "repair", "rebuild", "rebase"])
+    spd.add_argument("--json", action="store_true")
+
+    ban = add("ban", _cmd_ban, "Ban a player: a tombstone in the lake, gone from live boards.")
+    ban.add_argument("player")
+    ban.add_argument("--reason")
+    unban = add("unban", _cmd_ban, "Unban a player and restore their standings exactly.")
+    unban.add_argument("player")
 
     rep = add("report", _cmd_report, "Chart a board-window's score distribution as a PNG.")
     rep.add_argument("board")
@@ -273,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
-    except (SettingsError, RegistryError, UsageError, WindowError) as exc:
+    except (SettingsError, RegistryError, UsageError, WindowError, WriterBusy) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
     except KeyboardInterrupt:

@@ -119,7 +119,7 @@ class DuckDBEngine:
             f"max(CASE WHEN kind = '{k}' THEN window_end_us END) AS w_{k.replace('-', '_')}"
             for k in kinds) or "NULL AS w_none"
         con.register("calendar_t", calendar)
-        con.execute(f"""
+        con.sql(f"""
             CREATE OR REPLACE TEMP TABLE calendar_wide AS
             SELECT event_date, {wide} FROM calendar_t GROUP BY event_date
         """)
@@ -166,7 +166,7 @@ class DuckDBEngine:
         con.register("rollup_index", old)
         paths = sorted(set(old.column("path").to_pylist()))
         if paths:
-            con.execute(f"""
+            con.sql(f"""
                 CREATE OR REPLACE TEMP TABLE rollup_old AS
                 SELECT r.* EXCLUDE (filename) FROM read_parquet({_sql_list(paths)},
                                                                 filename = true, hive_partitioning = false) r
@@ -179,7 +179,7 @@ class DuckDBEngine:
             con.unregister("rollup_old_empty")
         con.register("rollup_delta", delta)
         union = " UNION ALL ".join(f"SELECT * FROM {n}" for n in names)
-        table = con.execute(f"""
+        table = con.sql(f"""
             WITH r AS ({union}), g AS (
                 SELECT player_id, event_date, region, mode, mask, {_MERGE_AGGREGATES}
                 FROM r GROUP BY player_id, event_date, region, mode, mask
@@ -220,7 +220,7 @@ class DuckDBEngine:
         con.register("rollup_index", rollups)
         paths = sorted(set(rollups.column("path").to_pylist()))
         if paths:
-            con.execute(f"""
+            con.sql(f"""
                 CREATE OR REPLACE TEMP VIEW rollups_v AS
                 SELECT r.* EXCLUDE (filename) FROM read_parquet({_sql_list(paths)},
                                                                 filename = true, hive_partitioning = false) r
@@ -244,7 +244,7 @@ class DuckDBEngine:
             WHERE s.bit < 0 OR ((x.mask >> s.bit) & 1) = 1
         """)
         # Windows that received data exist in the version even if bans empty them.
-        windows = con.execute(
+        windows = con.sql(
             "SELECT DISTINCT board, window_id FROM counted ORDER BY ALL").to_arrow_table()
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE scored AS
@@ -275,7 +275,7 @@ class DuckDBEngine:
         if overflow.num_rows:
             return (pa.RecordBatchReader.from_batches(pa.schema([]), []), pa.table({}), overflow,
                     windows)
-        con.execute("""
+        con.sql("""
             CREATE OR REPLACE TEMP TABLE ranked AS
             WITH k AS (
                 SELECT *, CASE WHEN earliest THEN
@@ -336,7 +336,7 @@ class DuckDBEngine:
         # The stream must arrive in ORDER BY order, which DuckDB only promises with
         # preserve_insertion_order on (off elsewhere for speed).
         con.execute("SET preserve_insertion_order = true")
-        reader = con.execute("""
+        reader = con.sql("""
             SELECT board, window_id, player_id, score, sort_key, rank, percentile, matches,
                    reached_at, first_event_at, last_event_at
             FROM ranked ORDER BY board, window_id, rank, player_id

@@ -27,6 +27,7 @@ from leaderboard.lake import LandedFile, landed_files
 from leaderboard.manifest import read_version
 from leaderboard.registry import Board, Registry
 from leaderboard.speed_keys import (
+    BANNED,
     BoardWindowKeys,
     SpeedVersion,
     progress_key,
@@ -38,14 +39,18 @@ __all__ = ["FOLD_SCRIPT", "BaseKeys", "Folder", "Update", "plan_updates"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_DAY = 86_400_000_000
 
-#: KEYS: M, T, C, L, B. ARGV: writer, seq, aggregation, sign, earliest (0|1), 2^time_bits,
-#: then 7 values per player: player, base key ('' if none), base mark ('' if none), a, b, c, d
+#: KEYS: M, T, C, L, B. ARGV: writer, seq, mode, aggregation, sign, earliest (0|1),
+#: 2^time_bits, then 7 values per player: player, base key ('' if none), base mark ('' if none), a, b, c, d
 #: where sum: a=points delta, b=t of the latest event; max|min: a=best points, b=its t;
 #: last: a=points, b=event time (us, 20 digits), c=match_id, d=t.
 FOLD_SCRIPT = """
 local ck = redis.call('HGET', KEYS[3], ARGV[1])
-if ck and tonumber(ck) >= tonumber(ARGV[2]) then return 0 end
-local agg, sign, earliest, span = ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6])
+local covered = ck and tonumber(ck) >= tonumber(ARGV[2])
+-- fold: apply a file once. replay (unban): re-apply one player's events of a file this
+-- board-window has already folded; files not yet folded here will be folded normally.
+if ARGV[3] == 'fold' and covered then return 0 end
+if ARGV[3] == 'replay' and not covered then return 0 end
+local agg, sign, earliest, span = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
 local function decode(key)
   if not earliest then return sign * key, 0 end
   local s = math.floor(key / span)
@@ -55,7 +60,7 @@ local function encode(score, t)
   if not earliest then return sign * score end
   return (sign * score) * span + (span - 1 - t)
 end
-local i = 7
+local i = 8
 while i <= #ARGV do
   local p, base, mark = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local a, b, c, d = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
@@ -105,7 +110,7 @@ while i <= #ARGV do
     redis.call('ZADD', KEYS[1], new, p)
   end
 end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+if ARGV[3] == 'fold' then redis.call('HSET', KEYS[3], ARGV[1], ARGV[2]) end
 return 1
 """
 
@@ -266,11 +271,19 @@ class Folder:
         return self._bases[tag]
 
     def fold(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table,
-             *, crash_after: int | None = None) -> int:
+             *, crash_after: int | None = None, mode: str = "fold",
+             banned: set[str] | None = None) -> int:
         """Fold one landed file; returns the number of board-windows that applied it.
 
+        Banned players' rows are dropped first. `mode="replay"` re-applies a file's rows
+        (one unbanned player's) where the file was already folded, leaving checkpoints alone.
         `crash_after` (tests only) kills the process after that many board-window calls.
         """
+        if banned is None:
+            banned = {b.decode() for b in self.client.smembers(BANNED)}
+        if banned and table.num_rows:
+            table = table.filter(pc.invert(pc.is_in(table.column("player_id"),
+                                                    value_set=pa.array(sorted(banned)))))
         updates = plan_updates(table, self.registry, version.watermark)
         base = self.base(version)
         applied = 0
@@ -280,7 +293,7 @@ class Folder:
             keys = BoardWindowKeys(update.board.name, update.window.id, version.tag)
             known = base.lookup(update.board, update.window.id)
             args: list[str | int] = [
-                writer, seq, update.board.aggregation,
+                writer, seq, mode, update.board.aggregation,
                 1 if update.board.order == "desc" else -1,
                 1 if update.board.ties == "earliest" else 0, 1 << update.time_bits,
             ]
@@ -299,7 +312,8 @@ class Folder:
             pipe.sadd(windows_key(version.tag), *touched)
         results = pipe.execute()
         applied += sum(int(r) for r in results[: len(updates)])
-        self.client.hset(progress_key(version.tag), writer, seq)
+        if mode == "fold":
+            self.client.hset(progress_key(version.tag), writer, seq)
         return applied
 
     def pending(self, version: SpeedVersion) -> list[LandedFile]:
@@ -310,6 +324,12 @@ class Folder:
         return [f for f in landed_files(self.lake)
                 if (first_day is None or f.ingest_date >= first_day)
                 and f.seq > marks.get(f.writer, -1)]
+
+    def pending_or_folded(self, version: SpeedVersion) -> list[LandedFile]:
+        """Every landed file that may hold speed events of this version (past its watermark)."""
+        first_day = None if version.watermark is None else version.watermark.date()
+        return [f for f in landed_files(self.lake)
+                if first_day is None or f.ingest_date >= first_day]
 
     def catch_up(self, version: SpeedVersion, files: Iterable[LandedFile] | None = None) -> int:
         """Fold every file past the progress mark, in seq order per writer (crash repair)."""

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
 from leaderboard.registry import Registry
+from speed_layer.service import SpeedLayer
 from leaderboard.validation import validate_events
 
 __all__ = ["IngestReport", "Ingestor", "open_writer"]
@@ -29,6 +30,7 @@ class IngestReport:
     accepted: int = 0
     rejected: int = 0
     duplicates: int = 0
+    retries: int = 0  # dropped at the door: accepted within the idempotency horizon
     reasons: Counter[str] = field(default_factory=Counter)
     files: list[LandedFile] = field(default_factory=list)
     quarantine_files: list[LandedFile] = field(default_factory=list)
@@ -38,6 +40,7 @@ class IngestReport:
         self.accepted += other.accepted
         self.rejected += other.rejected
         self.duplicates += other.duplicates
+        self.retries += other.retries
         self.reasons.update(other.reasons)
         self.files.extend(other.files)
         self.quarantine_files.extend(other.quarantine_files)
@@ -45,7 +48,7 @@ class IngestReport:
     def as_dict(self) -> dict[str, object]:
         return {
             "rows": self.rows, "accepted": self.accepted, "rejected": self.rejected,
-            "duplicates": self.duplicates, "reasons": dict(self.reasons.most_common()),
+            "duplicates": self.duplicates, "retries": self.retries, "reasons": dict(self.reasons.most_common()),
             "files": [str(f.path) for f in self.files],
             "quarantine_files": [str(f.path) for f in self.quarantine_files],
         }
@@ -63,11 +66,16 @@ def open_writer(lake: Path, preferred: str) -> LandingWriter:
 
 
 class Ingestor:
-    """Validate -> land -> quarantine for one landing writer."""
+    """Validate -> door -> land -> quarantine -> fold, for one landing writer.
 
-    def __init__(self, registry: Registry, writer: LandingWriter) -> None:
+    Without a speed layer it only lands (the batch absorbs everything anyway).
+    """
+
+    def __init__(self, registry: Registry, writer: LandingWriter,
+                 speed: SpeedLayer | None = None) -> None:
         self.registry = registry
         self.writer = writer
+        self.speed = speed
 
     def ingest(
         self,
@@ -90,18 +98,26 @@ class Ingestor:
             table, self.registry, now=now, ingested_at="event_time" if backfill else now,
             default_server_id=default_server_id, source=source,
         )
-        if backfill:
-            ingested_at = validated.accepted.column("event_time")
         rejected = validated.rejected
         if unparseable is not None and unparseable.num_rows:
             rejected = pa.concat_tables([rejected, unparseable.select(rejected.column_names)
                                          .cast(rejected.schema)])
+        accepted, retries = validated.accepted, 0
+        if self.speed is not None and not backfill:
+            accepted, retries = self.speed.admit(accepted, now)
         report = IngestReport(
             rows=table.num_rows + (0 if unparseable is None else unparseable.num_rows),
-            accepted=validated.accepted.num_rows, rejected=rejected.num_rows,
-            duplicates=validated.duplicates, reasons=Counter(rejected.column("reason").to_pylist()),
+            accepted=accepted.num_rows, rejected=rejected.num_rows,
+            duplicates=validated.duplicates, retries=retries,
+            reasons=Counter(rejected.column("reason").to_pylist()),
         )
-        report.files = self.writer.land(validated.accepted, ingested_at)
+        if backfill:
+            ingested_at = accepted.column("event_time")
+        report.files = self.writer.land(accepted, ingested_at)
         report.quarantine_files = self.writer.quarantine(rejected, now)
+        if self.speed is not None and report.files:
+            # Backfilled rows are folded too where they are past the watermark, but are not
+            # remembered at the door (trusted imports are deduped by the batch).
+            self.speed.after_land(report.files, accepted, now, remember=not backfill)
         return report
 

@@ -21,7 +21,8 @@ SHARED = Path(__file__).parents[3] / "shared" / "data" / "international_results.
 
 
 @pytest.fixture
-def data(tmp_path, monkeypatch):
+def data(tmp_path, monkeypatch, redis_client, redis_server):
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
     monkeypatch.setenv("LEADERBOARD_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("LEADERBOARD_NOW", NOW)
     monkeypatch.delenv("LEADERBOARD_CONFIG", raising=False)

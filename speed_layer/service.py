@@ -1,0 +1,251 @@
+"""The speed layer as one object: admit (door), after-land (remember, fold), repair, rebase,
+rebuild, bans and status. The CLI, the HTTP app and the DAG all go through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import redis
+
+from leaderboard.bans import banned_players, write_tombstone
+from leaderboard.batch_view import BatchView
+from leaderboard.lake import LandedFile, landed_files
+from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
+from leaderboard.registry import Registry
+from leaderboard.speed_keys import (
+    BANNED,
+    CURRENT,
+    BoardWindowKeys,
+    SpeedVersion,
+    progress_key,
+    read_current_version,
+    windows_key,
+)
+from speed_layer.door import Door
+from speed_layer.fold import Folder
+
+__all__ = ["SpeedLayer", "SpeedStatus"]
+
+_EXPIRE_OLD_VERSION = 3600
+
+
+@dataclass(frozen=True)
+class SpeedStatus:
+    version: str | None
+    watermark: str | None
+    board_windows: int
+    lag_files: int
+    newest_landed: dict[str, int]
+    folded: dict[str, int]
+    keys: int
+    memory_bytes: int
+    banned: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class SpeedLayer:
+    def __init__(self, client: redis.Redis, registry: Registry, lake: Path) -> None:
+        self.client = client
+        self.registry = registry
+        self.lake = Path(lake)
+        self.folder = Folder(client, registry, lake)
+        self.door = Door(client, registry.idempotency_horizon)
+
+    # -- versions ---------------------------------------------------------------------------
+
+    @staticmethod
+    def version_of(manifest: Manifest | None) -> SpeedVersion:
+        if manifest is None:
+            return SpeedVersion(None, None)
+        return SpeedVersion(manifest.version, watermark_for(manifest.as_of_date))
+
+    def current(self) -> SpeedVersion:
+        """The live speed version; first use (or after Redis lost everything) points it at
+        the lake's live batch version."""
+        found = read_current_version(self.client)
+        if found is None:
+            found = self.version_of(read_current(self.lake))
+            self.client.set(CURRENT, found.to_json(), nx=True)
+            found = read_current_version(self.client) or found
+        return found
+
+    # -- ingest -----------------------------------------------------------------------------
+
+    def admit(self, accepted: pa.Table, at: datetime) -> tuple[pa.Table, int]:
+        """Drop rows whose id was accepted within the horizon; returns (kept, retries)."""
+        seen = self.door.seen(accepted, at)
+        if not seen.any():
+            return accepted, 0
+        return accepted.filter(pa.array(~seen)), int(seen.sum())
+
+    def after_land(self, files: list[LandedFile], table: pa.Table, at: datetime, *,
+                   remember: bool = True) -> None:
+        """Remember the landed ids, then fold each landed file into the live version."""
+        if remember:
+            self.door.remember(table, at)
+        version = self.current()
+        for landed in files:
+            self.folder.fold(version, landed.writer, landed.seq, pq.read_table(landed.path))
+
+    def repair(self) -> int:
+        """After a crash: remember the ids of, and fold, every file past the progress mark."""
+        version = self.current()
+        pending = self.folder.pending(version)
+        for landed in sorted(pending, key=lambda f: (f.writer, f.seq)):
+            table = pq.read_table(landed.path)
+            self._remember_landed(table)
+            self.folder.fold(version, landed.writer, landed.seq, table)
+        return len(pending)
+
+    def _remember_landed(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        stamps = table.column("ingested_at")
+        for stamp in pc.unique(stamps).to_pylist():
+            self.door.remember(table.filter(pc.equal(stamps, pa.scalar(stamp, stamps.type))),
+                               stamp)
+
+    # -- rebase / rebuild -------------------------------------------------------------------
+
+    def rebase(self, manifest: Manifest) -> SpeedVersion:
+        """Build the state of a newly published version beside the live one, flip `current`
+        to it, catch up what landed meanwhile, and let the old version's keys expire."""
+        old = self.current()
+        new = self.version_of(manifest)
+        if new.tag == old.tag:
+            return old
+        self.folder.catch_up(new)
+        self.client.set(CURRENT, new.to_json())
+        self.folder.catch_up(new)
+        self.expire_version(old.tag)
+        return new
+
+    def expire_version(self, tag: str, seconds: int = _EXPIRE_OLD_VERSION) -> int:
+        count = 0
+        pipe = self.client.pipeline(transaction=False)
+        for pattern in (f"lb:{{*}}:{tag}:*", f"lb:{tag}:*"):
+            for key in self.client.scan_iter(match=pattern, count=1000):
+                pipe.expire(key, seconds)
+                count += 1
+        pipe.execute()
+        return count
+
+    def rebuild(self, now: datetime) -> int:
+        """Recreate the live version's state and the record of recent ids from the lake
+        alone (after Redis lost everything)."""
+        version = self.version_of(read_current(self.lake))
+        self.client.set(CURRENT, version.to_json())
+        banned = banned_players(self.lake)
+        if banned:
+            self.client.sadd(BANNED, *sorted(banned))
+        horizon_start = now - self.registry.idempotency_horizon * 2
+        for landed in landed_files(self.lake):
+            if landed.ingest_date >= (horizon_start - timedelta(days=1)).date():
+                table = pq.read_table(landed.path)
+                table = table.filter(pc.greater_equal(
+                    table.column("ingested_at"),
+                    pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
+                self._remember_landed(table)
+        return self.folder.catch_up(version)
+
+    # -- bans -------------------------------------------------------------------------------
+
+    def _windows(self, version: SpeedVersion) -> list[tuple[str, str]]:
+        found = set()
+        for raw in self.client.smembers(windows_key(version.tag)):
+            board, _, window_id = raw.decode().partition("|")
+            found.add((board, window_id))
+        return sorted(found)
+
+    def _base_keys_of(self, version: SpeedVersion, player: str) -> dict[tuple[str, str], int]:
+        """The player's base sort key in every board-window of the base version."""
+        if version.version is None:
+            return {}
+        view = BatchView(self.lake, read_version(self.lake, version.version))
+        index = view.manifest.standings(self.lake)
+        found: dict[tuple[str, str], int] = {}
+        for path in sorted(set(index.column("path").to_pylist())):
+            table = pq.read_table(self.lake / path, columns=["window_id", "player_id",
+                                                             "sort_key"],
+                                  filters=[("player_id", "=", player)])
+            board = path.split("board=", 1)[1].split("/", 1)[0]
+            for window_id, key in zip(table.column("window_id").to_pylist(),
+                                      table.column("sort_key").to_pylist(), strict=True):
+                found[(board, window_id)] = int(key)
+        return found
+
+    def ban(self, player: str, at: datetime, reason: str = "") -> int:
+        """Tombstone in the lake, then vanish from every live board-window at once."""
+        write_tombstone(self.lake, player, "ban", at, reason)
+        self.client.sadd(BANNED, player)
+        version = self.current()
+        base = self._base_keys_of(version, player)
+        touched = 0
+        for board, window_id in sorted(set(self._windows(version)) | set(base)):
+            keys = BoardWindowKeys(board, window_id, version.tag)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.sadd(keys.banned, player)
+            pipe.zrem(keys.merged, player)
+            pipe.hdel(keys.last_marks, player)
+            if (board, window_id) in base:
+                pipe.zadd(keys.touched, {player: base[(board, window_id)]})
+            pipe.execute()
+            touched += 1
+        return touched
+
+    def unban(self, player: str, at: datetime) -> int:
+        """Tombstone, then restore the player exactly: base keys back, and the player's
+        events since the watermark replayed where they were already folded."""
+        write_tombstone(self.lake, player, "unban", at)
+        self.client.srem(BANNED, player)
+        version = self.current()
+        windows = self._windows(version)
+        for board, window_id in windows:
+            keys = BoardWindowKeys(board, window_id, version.tag)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.srem(keys.banned, player)
+            pipe.zrem(keys.merged, player)
+            pipe.zrem(keys.touched, player)
+            pipe.hdel(keys.last_marks, player)
+            pipe.execute()
+        for landed in sorted(self.folder.pending_or_folded(version),
+                             key=lambda f: (f.writer, f.seq)):
+            table = pq.read_table(landed.path, filters=[("player_id", "=", player)])
+            if table.num_rows:
+                self.folder.fold(version, landed.writer, landed.seq, table, mode="replay",
+                                 banned=set())
+        return len(windows)
+
+    # -- status -----------------------------------------------------------------------------
+
+    def status(self) -> SpeedStatus:
+        version = self.current()
+        newest: dict[str, int] = {}
+        for landed in landed_files(self.lake):
+            newest[landed.writer] = max(newest.get(landed.writer, -1), landed.seq)
+        folded = {k.decode(): int(v) for k, v in
+                  self.client.hgetall(progress_key(version.tag)).items()}
+        lag = len(self.folder.pending(version))
+        keys = 0
+        memory = 0
+        for key in self.client.scan_iter(match=f"lb:{{*}}:{version.tag}:*", count=1000):
+            keys += 1
+            memory += int(self.client.memory_usage(key, samples=0) or 0)
+        door_bytes, _ids = self.door.memory()
+        return SpeedStatus(
+            version=version.version,
+            watermark=None if version.watermark is None else version.watermark.isoformat(),
+            board_windows=int(self.client.scard(windows_key(version.tag))),
+            lag_files=lag, newest_landed=newest, folded=folded, keys=keys,
+            memory_bytes=memory + door_bytes, banned=int(self.client.scard(BANNED)),
+        )
+
