@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 from rich.console import Console
 
@@ -53,7 +53,64 @@ def run_demo(settings: Settings, args: argparse.Namespace, *, out: Console, err:
                   "in-batch retries dropped")
     _summarise_lake(settings, out)
     _run_batches(settings, spec.start, settings.now().date() - timedelta(days=1), out, err)
+    _fold_today(settings, spec, out, err)
     return 0
+
+
+def _fold_today(settings: Settings, season: object, out: Console, err: Console) -> None:
+    """Today's events so far, through the live ingest path: door, landing, fold into Redis."""
+    from dataclasses import replace
+
+    from app.generate import generate_events
+    from leaderboard.manifest import read_current
+    from leaderboard.speed_keys import connect
+    from speed_layer.ingest import Ingestor, open_writer
+    from speed_layer.service import SpeedLayer
+
+    now = settings.now()
+    client = connect(settings)
+    speed = SpeedLayer(client, settings.registry, settings.lake_dir)
+    published = read_current(settings.lake_dir)
+    if published is not None:
+        speed.rebase(published)  # a no-op when the speed layer is already on it
+    repaired = speed.repair()
+    today = replace(season, start=now.date(), days=1, seed=season.seed + 1,  # type: ignore[type-var]
+                    writer="live")
+    accepted = retries = 0
+    with err.status("folding today's events into the speed layer"):
+        writer = open_writer(settings.lake_dir, "live")
+        try:
+            ingestor = Ingestor(settings.registry, writer, speed)
+            landed_until = _landed_until(settings)
+            for landing_time, batch in generate_events(today, settings.registry):
+                if landing_time > now:
+                    break
+                if landed_until is not None and landing_time <= landed_until:
+                    continue  # a rerun: this batch is already in the lake
+                report = ingestor.ingest(batch, now=landing_time, source="demo:live")
+                accepted += report.accepted
+                retries += report.retries
+        finally:
+            writer.close()
+    status = speed.status()
+    out.print(f"speed layer ({client.connection_pool.connection_kwargs.get('port')}): "
+              f"{accepted:,} of today's events folded ({retries:,} retries dropped at the door"
+              f"{f', {repaired} pending file(s) repaired' if repaired else ''}); "
+              f"{status.board_windows} live board-windows, {status.keys} keys, "
+              f"{status.memory_bytes / 1e6:.1f} MB, base {status.version}")
+
+
+def _landed_until(settings: Settings) -> datetime | None:
+    """The newest ingested_at landed by the demo's live writer (reruns skip those batches)."""
+    import pyarrow.parquet as pq
+
+    from leaderboard.lake import landed_files
+
+    live = [f for f in landed_files(settings.lake_dir) if f.writer == "live"]
+    if not live:
+        return None
+    newest = max(live, key=lambda f: f.seq)
+    return pq.read_table(newest.path, columns=["ingested_at"]).column("ingested_at")[0].as_py()
 
 
 def _run_batches(settings: Settings, first: date, last: date, out: Console,
