@@ -116,9 +116,22 @@ class SpeedLayer:
 
     # -- rebase / rebuild -------------------------------------------------------------------
 
+    def sync_bans(self) -> set[str]:
+        """Make `lb:banned` agree with the lake's tombstones (the lake is the truth)."""
+        banned = banned_players(self.lake)
+        known = {b.decode() for b in self.client.smembers(BANNED)}
+        pipe = self.client.pipeline(transaction=True)
+        if banned - known:
+            pipe.sadd(BANNED, *sorted(banned - known))
+        if known - banned:
+            pipe.srem(BANNED, *sorted(known - banned))
+        pipe.execute()
+        return banned
+
     def rebase(self, manifest: Manifest) -> SpeedVersion:
         """Build the state of a newly published version beside the live one, flip `current`
         to it, catch up what landed meanwhile, and let the old version's keys expire."""
+        self.sync_bans()
         old = self.current()
         new = self.version_of(manifest)
         if new.tag == old.tag:
@@ -144,9 +157,7 @@ class SpeedLayer:
         alone (after Redis lost everything)."""
         version = self.version_of(read_current(self.lake))
         self.client.set(CURRENT, version.to_json())
-        banned = banned_players(self.lake)
-        if banned:
-            self.client.sadd(BANNED, *sorted(banned))
+        self.sync_bans()
         horizon_start = now - self.registry.idempotency_horizon * 2
         for landed in landed_files(self.lake):
             if landed.ingest_date >= (horizon_start - timedelta(days=1)).date():

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from strategies import FIXED_NOW, base_registry_raw
 
 from leaderboard.registry import Registry, load_registry, parse_registry
@@ -50,9 +50,15 @@ settings.register_profile(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# debug: find a failure fast and print it, without the (slow, on these tests) shrinking.
+settings.register_profile(
+    "debug", max_examples=_max_examples(), deadline=None, database=None, print_blob=True,
+    phases=[Phase.explicit, Phase.generate], suppress_health_check=[HealthCheck.too_slow],
+)
 _PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
-if _PROFILE not in ("dev", "ci"):
-    raise pytest.UsageError(f"HYPOTHESIS_PROFILE={_PROFILE!r} is not a profile; use dev or ci")
+if _PROFILE not in ("dev", "ci", "debug"):
+    raise pytest.UsageError(
+        f"HYPOTHESIS_PROFILE={_PROFILE!r} is not a profile; use dev, ci or debug")
 settings.load_profile(_PROFILE)
 
 

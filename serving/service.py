@@ -1,0 +1,235 @@
+"""The serving layer's entry point: every query the game and the CLI ask, for any board and
+window, answered from the live version's batch view merged with its speed state.
+
+The version comes from the speed layer's pointer (`lb:current`), so base V+1 is never merged
+with speed state V; base arrays are loaded once per (version, board-window) and reloaded when
+the pointer moves.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from leaderboard.batch_view import BatchView
+from leaderboard.calendar import Window
+from leaderboard.manifest import list_versions, read_current, read_version, watermark_for
+from leaderboard.registry import Board, Registry
+from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion, read_current_version
+from leaderboard.timeutil import format_instant
+from serving.base import BaseBoard, load_base
+from serving.merge import MergedBoard
+
+__all__ = ["Leaderboards", "QueryError", "UNRANKED"]
+
+UNRANKED = "unranked"
+
+
+class QueryError(ValueError):
+    """A query the registry cannot answer (unknown board or window); say what is valid."""
+
+
+@dataclass
+class _Loaded:
+    version: SpeedVersion
+    view: BatchView | None
+
+
+class Leaderboards:
+    def __init__(self, lake: Path, registry: Registry, client: redis.Redis,
+                 now: Callable[[], datetime]) -> None:
+        self.lake = Path(lake)
+        self.registry = registry
+        self.client = client
+        self.now = now
+        self._loaded: _Loaded | None = None
+        self._bases: dict[tuple[str, str, str], BaseBoard] = {}
+
+    # -- version and windows ----------------------------------------------------------------
+
+    def version(self) -> _Loaded:
+        pointer = read_current_version(self.client)
+        if pointer is None:
+            manifest = read_current(self.lake)
+            pointer = SpeedVersion(None if manifest is None else manifest.version,
+                                   None if manifest is None else watermark_for(
+                                       manifest.as_of_date))
+        if self._loaded is None or self._loaded.version.tag != pointer.tag:
+            view = None
+            if pointer.version is not None:
+                view = BatchView(self.lake, read_version(self.lake, pointer.version))
+            self._loaded = _Loaded(pointer, view)
+            self._bases = {k: v for k, v in self._bases.items() if k[0] == pointer.tag}
+        return self._loaded
+
+    def resolve(self, board_name: str, window: str | None) -> tuple[Board, Window]:
+        try:
+            board = self.registry.board(board_name)
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+        spec = window or "all-time"
+        try:
+            found = self.registry.calendar.resolve(spec, self.now())
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+        if found.kind not in board.windows:
+            raise QueryError(f"board {board.name} has no {found.kind} window; it has "
+                             f"{', '.join(board.windows)}")
+        return board, found
+
+    def merged(self, board_name: str, window: str | None) -> MergedBoard:
+        board, found = self.resolve(board_name, window)
+        loaded = self.version()
+        key = (loaded.version.tag, board.name, found.id)
+        if key not in self._bases:
+            self._bases[key] = load_base(loaded.view, board.name, found.id)
+        bits = self.registry.calendar.time_bits(found.kind) if board.ties == "earliest" else 0
+        return MergedBoard(board, found, bits, self._bases[key], self.client,
+                           BoardWindowKeys(board.name, found.id, loaded.version.tag))
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def player(self, board: str, player: str, window: str | None = None) -> dict[str, Any]:
+        merged = self.merged(board, window)
+        entry = merged.player(player)
+        loaded = self.version()
+        answer: dict[str, Any] = {"board": merged.board.name, "window": merged.window.id,
+                                  "player_id": player}
+        yesterday = None
+        position = merged.base.position(player)
+        if loaded.view is not None and position is not None:
+            yesterday = {"rank": int(merged.base.ranks[position]),
+                         "score": int(merged.base.scores[position]),
+                         "as_of": loaded.view.as_of}
+        if entry is None:
+            answer.update({"status": UNRANKED, "rank": None, "score": None,
+                           "percentile": None, "total": merged.total(),
+                           "as_of_yesterday": yesterday, "change": None})
+            return answer
+        total = merged.total()
+        answer.update({
+            "status": "ranked", "rank": entry.rank, "score": entry.score, "total": total,
+            "percentile": 100.0 * (total - entry.rank + 1) / total,
+            "as_of_yesterday": yesterday,
+            "change": None if yesterday is None else yesterday["rank"] - entry.rank,
+        })
+        return answer
+
+    def top(self, board: str, n: int = 100, window: str | None = None,
+            cursor: str | None = None) -> dict[str, Any]:
+        merged = self.merged(board, window)
+        offset = _decode_cursor(cursor)
+        entries = merged.top(n, offset)
+        total = merged.total()
+        following = offset + len(entries)
+        return {"board": merged.board.name, "window": merged.window.id, "total": total,
+                "entries": [e.as_dict() for e in entries],
+                "next_cursor": _encode_cursor(following) if following < total else None}
+
+    def around(self, board: str, player: str, k: int = 5,
+               window: str | None = None) -> dict[str, Any]:
+        merged = self.merged(board, window)
+        me, above, below = merged.around(player, k)
+        return {"board": merged.board.name, "window": merged.window.id,
+                "player": None if me is None else me.as_dict(),
+                "status": UNRANKED if me is None else "ranked",
+                "above": [e.as_dict() for e in above], "below": [e.as_dict() for e in below]}
+
+    def friends(self, board: str, players: Sequence[str],
+                window: str | None = None) -> dict[str, Any]:
+        merged = self.merged(board, window)
+        ranked = merged.friends(players)
+        known = {e.player_id for e in ranked}
+        return {"board": merged.board.name, "window": merged.window.id,
+                "entries": [{**e.as_dict(), "friend_rank": i + 1} for i, e in enumerate(ranked)],
+                "unranked": [p for p in dict.fromkeys(players) if p not in known]}
+
+    def percentiles(self, board: str, window: str | None = None) -> dict[str, Any]:
+        """The percentile table of the base version (equal-depth buckets)."""
+        board_obj, found = self.resolve(board, window)
+        loaded = self.version()
+        table = None if loaded.view is None else loaded.view.histogram(board_obj.name, found.id)
+        rows = [] if table is None else table.to_pylist()
+        depth = [r for r in rows if r["kind"] == "depth"]
+        return {"board": board_obj.name, "window": found.id,
+                "as_of": None if loaded.view is None else loaded.view.as_of,
+                "top_percent": [{"top_percent": r["bucket"] + 1, "score_from": r["lower"],
+                                 "score_to": r["upper"], "rank_from": r["rank_from"],
+                                 "rank_to": r["rank_to"]} for r in depth],
+                "histogram": [{"lower": r["lower"], "upper": r["upper"],
+                               "players": r["players"]} for r in rows if r["kind"] == "width"]}
+
+    def score_for_percentile(self, board: str, top_percent: float,
+                             window: str | None = None) -> float | None:
+        """The lowest score still in the top `top_percent` % (base version)."""
+        table = self.percentiles(board, window)["top_percent"]
+        want = max(1, min(100, int(-(-top_percent // 1))))
+        for row in table:
+            if row["top_percent"] == want:
+                return float(row["score_from"])
+        return None
+
+    def history(self, board: str, player: str, window_kind: str = "all-time",
+                first: date | None = None, last: date | None = None) -> list[dict[str, Any]]:
+        """The player's rank in the window of `window_kind` open on each as_of date."""
+        board_obj = self.registry.board(board)
+        found = []
+        latest: dict[str, Any] = {}
+        for manifest in list_versions(self.lake):
+            latest[manifest.as_of] = manifest
+        for as_of in sorted(latest):
+            day = date.fromisoformat(as_of)
+            if (first and day < first) or (last and day > last):
+                continue
+            window = self.registry.calendar.window_on(window_kind, day)
+            if window is None:
+                continue
+            row = BatchView(self.lake, latest[as_of]).player(board_obj.name, window.id, player)
+            found.append({"as_of": as_of, "window": window.id,
+                          "rank": None if row is None else row["rank"],
+                          "score": None if row is None else row["score"],
+                          "percentile": None if row is None else row["percentile"]})
+        return found
+
+    def boards(self) -> list[dict[str, Any]]:
+        now = self.now()
+        calendar = self.registry.calendar
+        result = []
+        for board in self.registry.boards:
+            windows = []
+            for kind in board.windows:
+                window = calendar.window_at(kind, now)
+                if window is None:
+                    continue
+                windows.append({"kind": kind, "window": window.id,
+                                "next_reset": None if window.end is None
+                                else format_instant(window.end)})
+            result.append({"board": board.name, "aggregation": board.aggregation,
+                           "order": board.order, "ties": board.ties, "windows": windows})
+        return result
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        offset = int(json.loads(base64.urlsafe_b64decode(padded))["o"])
+    except (ValueError, KeyError, TypeError):
+        raise QueryError(f"cursor {cursor!r} is not one this API returned") from None
+    if offset < 0:
+        raise QueryError("cursor is out of range")
+    return offset
+
+
