@@ -2,7 +2,8 @@
 
 Every write is temp file + fsync + rename, so a reader sees a whole file or nothing. A landing
 writer owns a seq counter that it advances durably *before* it writes, so a crash between the
-write and the rename burns that seq instead of reusing it.
+write and the rename burns that seq instead of reusing it. Seqs are reserved durably in blocks
+(SEQ_BLOCK at a time), so most files cost no counter write; a crash burns the rest of the block.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,13 @@ __all__ = [
 ]
 
 ROW_GROUP_SIZE = 128 * 1024
+#: Seqs a landing writer reserves durably at a time.
+SEQ_BLOCK = 64
+#: Landed event columns with few distinct values (ingested_at: one per live file), which are
+#: dictionary-encoded in Parquet. The ids are (nearly) all distinct and event_time spreads,
+#: so a dictionary there is wasted work and bytes.
+_LANDED_DICTIONARY = ["points", "region", "mode", "server_id", "ingested_at"]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BACKFILL_FILE_ROWS = 1_000_000
 _WRITER = re.compile(r"^[a-z0-9_]{1,32}$")
 _PART = re.compile(r"^part-([a-z0-9_]{1,32})-(\d{12})\.parquet$")
@@ -80,14 +88,41 @@ def atomic_write_bytes(target: Path, payload: bytes) -> None:
     fsync_dir(target.parent)
 
 
-def atomic_write_parquet(table: pa.Table, target: Path, *, sort_by: str | None = None) -> int:
-    """Write a Parquet file atomically (zstd, row groups sized for pruning); returns its bytes."""
+def _is_sorted(column: pa.ChunkedArray) -> bool:
+    """Whether a column is already in ascending order with no nulls (so sorting keeps it)."""
+    if column.null_count or not (pa.types.is_integer(column.type)
+                                 or pa.types.is_timestamp(column.type)):
+        return False
+    values = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if pa.types.is_timestamp(values.type):
+        values = values.view(pa.int64())
+    array = values.to_numpy()
+    return bool((array[1:] >= array[:-1]).all())
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """table.cast(schema), without the cast when only the fields' nullability differs."""
+    if table.schema.names == schema.names and all(
+            column.type == field.type and (field.nullable or not column.null_count)
+            for column, field in zip(table.columns, schema, strict=True)):
+        return pa.Table.from_arrays(table.columns, schema=schema)
+    return table.cast(schema)
+
+
+def atomic_write_parquet(table: pa.Table, target: Path, *, sort_by: str | None = None,
+                         use_dictionary: bool | list[str] = True) -> int:
+    """Write a Parquet file atomically (zstd, row groups sized for pruning); returns its bytes.
+
+    `sort_by` sorts the rows by that column first (stably; a column already in order is left
+    as is); `use_dictionary` is passed to the Parquet writer.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
-    if sort_by is not None and table.num_rows > 1:
+    if (sort_by is not None and table.num_rows > 1
+            and not _is_sorted(table.column(sort_by))):
         table = table.sort_by(sort_by)
     temp = _temp_path(target)
     pq.write_table(table, temp, compression="zstd", row_group_size=ROW_GROUP_SIZE,
-                   write_statistics=True)
+                   write_statistics=True, use_dictionary=use_dictionary)
     with open(temp, "rb+") as handle:
         os.fsync(handle.fileno())
     size = temp.stat().st_size
@@ -130,7 +165,10 @@ def landed_files(lake: Path, *, kind: str = "events") -> list[LandedFile]:
 class LandingWriter:
     """Lands validated micro-batches for one writer id; never reuses a seq, even after a crash.
 
-    One process at a time may hold a writer id (an exclusive lock on its seq file).
+    One process at a time may hold a writer id (an exclusive lock on its seq file). The seq
+    file holds a bound no seq handed out reaches: it is raised durably SEQ_BLOCK seqs at a time
+    before the first seq of a block is used, and lowered back to the next unused seq on close.
+    A crash leaves it raised, so a restarted writer skips the rest of the block.
     """
 
     def __init__(self, lake: Path, writer: str) -> None:
@@ -150,6 +188,7 @@ class LandingWriter:
                 f"landing writer {writer!r} is held by another process; use another writer id"
             ) from None
         self._next = self._recover_next_seq()
+        self._reserved = self._next  # seqs below this are durably reserved
 
     def _recover_next_seq(self) -> int:
         counted = 0
@@ -163,8 +202,16 @@ class LandingWriter:
 
     def close(self) -> None:
         if not self._lock.closed:
-            fcntl.flock(self._lock, fcntl.LOCK_UN)
-            self._lock.close()
+            try:
+                if self._reserved > self._next:
+                    # Still holding the lock: no other process can have used these seqs.
+                    atomic_write_bytes(self._seq_path, str(self._next).encode())
+                    self._reserved = self._next
+            except OSError:
+                pass  # the bound stays raised: the rest of the block is burned, nothing reused
+            finally:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+                self._lock.close()
 
     def __enter__(self) -> LandingWriter:
         return self
@@ -177,9 +224,12 @@ class LandingWriter:
         return self._next
 
     def _reserve(self) -> int:
-        """Durably advance the counter before writing, so this seq is never handed out again."""
+        """The next seq, durably reserved before it is written, so it is never handed out again
+        (the counter moves a block at a time; see the class)."""
         seq = self._next
-        atomic_write_bytes(self._seq_path, str(seq + 1).encode())
+        if seq >= self._reserved:
+            atomic_write_bytes(self._seq_path, str(seq + SEQ_BLOCK).encode())
+            self._reserved = seq + SEQ_BLOCK
         self._next = seq + 1
         return seq
 
@@ -194,21 +244,25 @@ class LandingWriter:
         files of at most BACKFILL_FILE_ROWS rows, each in the partition of its earliest stamp.
         Rows are sorted by event_time inside a live file for row-group pruning.
         """
-        return self._write_stamped(events, ingested_at, "events", LANDED_SCHEMA, "event_time")
+        return self._write_stamped(events, ingested_at, "events", LANDED_SCHEMA, "event_time",
+                                   _LANDED_DICTIONARY)
 
     def quarantine(self, rejected: pa.Table, ingested_at: datetime) -> list[LandedFile]:
         """Keep rejected rows with their reasons (QUARANTINE_SCHEMA without ingested_at)."""
-        return self._write_stamped(rejected, ingested_at, "quarantine", QUARANTINE_SCHEMA, None)
+        return self._write_stamped(rejected, ingested_at, "quarantine", QUARANTINE_SCHEMA, None,
+                                   True)
 
     def _write_stamped(self, table: pa.Table, ingested_at: datetime | pa.Array, kind: str,
-                       schema: pa.Schema, sort_by: str | None) -> list[LandedFile]:
+                       schema: pa.Schema, sort_by: str | None,
+                       use_dictionary: bool | list[str]) -> list[LandedFile]:
         if table.num_rows == 0:
             return []
         if isinstance(ingested_at, datetime):
             stamp = to_utc(ingested_at)
-            stamped = table.append_column(
-                "ingested_at", pa.array(np.full(table.num_rows, np.datetime64(
-                    stamp.replace(tzinfo=None), "us")), TIMESTAMP)).select(schema.names).cast(schema)
+            micros = (stamp - _EPOCH) // timedelta(microseconds=1)
+            stamps = pa.array(np.full(table.num_rows, micros, dtype=np.int64)).view(TIMESTAMP)
+            stamped = _conform(table.append_column("ingested_at", stamps).select(schema.names),
+                               schema)
             groups: list[tuple[date, pa.Table]] = [(stamp.date(), stamped)]
         else:
             # Backfill: per-row stamps. A file sits in the partition of its *earliest* stamp,
@@ -227,7 +281,7 @@ class LandingWriter:
         for day, part in groups:
             seq = self._reserve()
             target = self._target(kind, day, seq)
-            atomic_write_parquet(part, target, sort_by=sort_by)
+            atomic_write_parquet(part, target, sort_by=sort_by, use_dictionary=use_dictionary)
             written.append(LandedFile(self.writer, seq, day, target, part.num_rows))
         return written
 

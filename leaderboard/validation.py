@@ -6,6 +6,7 @@ reason). Bad input never raises here: a missing column rejects its rows, it does
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -46,6 +47,9 @@ REASONS: dict[str, str] = {
     "too_late": "ingested after end + grace of every window the event falls in",
 }
 
+#: What validate_events returns as `rejected`: the quarantine before landing stamps it.
+_REJECTED_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("ingested_at"))
+
 _EPOCH = date(1970, 1, 1)
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_DAY = 86_400_000_000
@@ -74,6 +78,8 @@ class _Checks:
 
     def fail(self, mask: npt.NDArray[np.bool_], code: str, detail: Any) -> None:
         """Mark rows in `mask` that have not failed yet; detail(i) or a fixed string."""
+        if not mask.any():
+            return
         fresh = np.flatnonzero(mask & ~self.failed)
         if fresh.size == 0:
             return
@@ -89,6 +95,99 @@ def _mask(array: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
     if isinstance(filled, pa.ChunkedArray):
         filled = filled.combine_chunks()
     return np.asarray(filled.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _has_nulls(column: pa.Array | pa.ChunkedArray) -> bool:
+    return bool(column.null_count)
+
+
+def _is_null(column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+    """_mask(pc.is_null(column)), read straight from the validity bitmaps where there is one."""
+    parts = []
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        type_ = chunk.type
+        if not chunk.null_count:
+            parts.append(np.zeros(len(chunk), dtype=bool))
+        elif pa.types.is_null(type_):
+            parts.append(np.ones(len(chunk), dtype=bool))
+        elif (pa.types.is_string(type_) or pa.types.is_large_string(type_)
+              or pa.types.is_integer(type_) or pa.types.is_floating(type_)
+              or pa.types.is_timestamp(type_) or pa.types.is_date(type_)):
+            bits = np.unpackbits(np.frombuffer(chunk.buffers()[0], dtype=np.uint8),
+                                 bitorder="little")
+            parts.append(bits[chunk.offset:chunk.offset + len(chunk)] == 0)
+        else:
+            parts.append(_mask(pc.is_null(chunk)))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+def _id_bytes(data: npt.NDArray[np.uint8]) -> npt.NDArray[np.bool_]:
+    """Which bytes an id may hold: [A-Za-z0-9_.:-] (ID_PATTERN), by range tests."""
+    ok = ((data | np.uint8(0x20)) - np.uint8(0x61)) < np.uint8(26)  # A-Z, a-z
+    ok |= (data - np.uint8(0x2d)) < np.uint8(14)  # - . / 0-9 :
+    ok &= data != np.uint8(0x2f)  # not /
+    ok |= data == np.uint8(0x5f)  # _
+    return ok
+
+
+def _printable_bytes(data: npt.NDArray[np.uint8]) -> npt.NDArray[np.bool_]:
+    """Printable ASCII other than space (0x21-0x7e): a match_id of these needs no closer look."""
+    return (data - np.uint8(0x21)) < np.uint8(0x5e)
+
+
+def _screen(values: pa.ChunkedArray, allowed: Any, shortest: int,
+            longest: int) -> npt.NDArray[np.bool_]:
+    """Rows that may be bad: not shortest..longest bytes long, or with a byte not allowed
+    (`allowed` maps a uint8 array of bytes to a bool array); never a null.
+
+    A few range tests over the raw UTF-8 bytes instead of a regex per row: a row it clears is
+    certainly good, so only the flagged rows (few, in practice) need the exact checks.
+    """
+    flagged = []
+    for chunk in values.chunks:
+        if not pa.types.is_string(chunk.type):
+            return np.ones(len(values), dtype=bool)
+        if len(chunk) == 0:
+            continue
+        _, offsets_buffer, data_buffer = chunk.buffers()
+        offsets = np.frombuffer(offsets_buffer, dtype=np.int32)[
+            chunk.offset:chunk.offset + len(chunk) + 1]
+        lengths = np.diff(offsets)
+        rows = (lengths < shortest) | (lengths > longest)
+        if data_buffer is not None and offsets[-1] > offsets[0]:
+            data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0]:offsets[-1]]
+            good = allowed(data)
+            if not good.all():
+                bad_bytes = np.flatnonzero(~good)
+                rows[np.searchsorted(offsets, bad_bytes + offsets[0], side="right") - 1] = True
+        if chunk.null_count:  # a null is missing_field's, never bad here
+            rows &= ~_is_null(chunk)
+        flagged.append(rows)
+    return np.concatenate(flagged) if flagged else np.zeros(len(values), dtype=bool)
+
+
+def _exact_on(flagged: npt.NDArray[np.bool_], values: pa.ChunkedArray,
+              check: Any) -> npt.NDArray[np.bool_]:
+    """`check` (Arrow array -> numpy mask of bad rows) run on the flagged rows only."""
+    bad = np.zeros(len(flagged), dtype=bool)
+    rows = np.flatnonzero(flagged)
+    if rows.size:
+        bad[rows] = check(values.take(pa.array(rows)))
+    return bad
+
+
+def _match_id_bad(values: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
+    """match_id longer than _MATCH_ID_MAX, blank, or with a control character (nulls: False)."""
+    length = pc.fill_null(pc.utf8_length(values), 0)
+    return (_mask(pc.greater(length, _MATCH_ID_MAX))
+            | _mask(pc.equal(pc.fill_null(pc.utf8_length(pc.utf8_trim_whitespace(values)), 1),
+                             0))
+            | _mask(pc.match_substring_regex(values, r"[\x00-\x1f\x7f]")))
+
+
+def _id_bad(values: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
+    """Ids not matching ID_PATTERN (nulls: False)."""
+    return ~_mask(pc.match_substring_regex(values, ID_PATTERN)) & ~_mask(pc.is_null(values))
 
 
 def _is_text(type_: pa.DataType) -> bool:
@@ -120,7 +219,8 @@ def _as_points(column: pa.ChunkedArray, checks: _Checks) -> npt.NDArray[np.int64
     if pa.types.is_integer(type_):
         if pa.types.is_uint64(type_):
             too_big = _mask(pc.greater(column, pa.scalar(2**63 - 1, type_)))
-            checks.fail(too_big, "bad_type", lambda i: f"points {column[i].as_py()} overflows int64")
+            checks.fail(too_big, "bad_type",
+                        lambda i: f"points {column[i].as_py()} overflows int64")
             column = pc.if_else(pa.array(too_big), pa.scalar(0, type_), column)
         return np.asarray(pc.fill_null(pc.cast(column, pa.int64()), 0).to_numpy(), dtype=np.int64)
     if pa.types.is_floating(type_):
@@ -135,7 +235,8 @@ def _as_points(column: pa.ChunkedArray, checks: _Checks) -> npt.NDArray[np.int64
         text = pc.cast(column, pa.string())
         ok = _mask(pc.match_substring_regex(text, r"^\s*[+-]?\d{1,18}\s*$"))
         bad = ~ok & ~_mask(pc.is_null(text))
-        checks.fail(bad, "bad_type", lambda i: f"points {_shown(text[i].as_py())} is not an integer")
+        checks.fail(bad, "bad_type",
+                    lambda i: f"points {_shown(text[i].as_py())} is not an integer")
         # Arrow's string->int64 cast refuses a leading '+', which the pattern allows.
         unsigned = pc.utf8_ltrim(pc.utf8_trim_whitespace(text), characters="+")
         cleaned = pc.if_else(pa.array(ok), unsigned, pa.scalar("0"))
@@ -208,47 +309,182 @@ def _to_micros(column: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.int64]:
     return np.asarray(filled.to_numpy(), dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class _Deadlines:
-    """One board, per unique event day: the latest ingested_at (us) any window still counts
-    (-inf: the day is in no window of the board), and days with a window past year 9999."""
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+#: Days spanned by a batch's event times up to which they are indexed by a dense table.
+_DENSE_DAYS = 4096
+_MAX_CACHED_DAYS = 1 << 16
+_MAX_PLANS = 16
 
-    latest: npt.NDArray[np.float64]
-    out_of_range: npt.NDArray[np.bool_]
 
-
-def _deadlines(registry: Registry, days: npt.NDArray[np.int64]) -> dict[str, _Deadlines]:
-    """Per board, per unique event day: see _Deadlines."""
+def _day_deadlines(registry: Registry, day_number: int
+                   ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Per board, for one event day (days since the epoch): the latest ingested_at (us) any
+    window still counts (-inf: the day is in no window of the board), and whether a window
+    of the day is past year 9999."""
     calendar = registry.calendar
-    result: dict[str, _Deadlines] = {}
-    dates: list[date | None] = []
-    for d in days:
-        try:
-            dates.append(_EPOCH + timedelta(days=int(d)))
-        except OverflowError:
-            dates.append(None)
-    for board in registry.boards:
+    latest = np.full(len(registry.boards), -np.inf)
+    out_of_range = np.zeros(len(registry.boards), dtype=bool)
+    try:
+        day: date | None = _EPOCH + timedelta(days=day_number)
+    except OverflowError:
+        day = None
+    for b, board in enumerate(registry.boards):
+        if day is None:
+            out_of_range[b] = True
+            continue
         grace = board.grace // timedelta(microseconds=1)
-        out = np.full(len(days), -np.inf)
-        out_of_range = np.zeros(len(days), dtype=bool)
-        for j, day in enumerate(dates):
-            if day is None:
-                out_of_range[j] = True
+        for kind in board.windows:
+            try:
+                window = calendar.window_on(kind, day)
+            except WindowError:
+                out_of_range[b] = True
+                break
+            if window is None:
                 continue
-            for kind in board.windows:
-                try:
-                    window = calendar.window_on(kind, day)
-                except WindowError:
-                    out_of_range[j] = True
-                    break
-                if window is None:
-                    continue
-                if window.end is None:
-                    out[j] = np.inf
-                    continue
-                out[j] = max(out[j], float(_micros(window.end) + grace))
-        result[board.name] = _Deadlines(out, out_of_range)
-    return result
+            if window.end is None:
+                latest[b] = np.inf
+                continue
+            latest[b] = max(latest[b], float(_micros(window.end) + grace))
+    return latest, out_of_range
+
+
+class _Plan:
+    """What validation derives from one registry, worked out once and reused by every batch.
+
+    Rows are classed by (region, mode) into `combos`: region code (registry order, or R for
+    any other value) * (M + 1) + mode code (or M). Which boards count a row depends on its
+    combo only, so per combo: the boards that apply, the points range every one of them
+    accepts, and per event day the best deadline over those boards.
+    """
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        regions, modes = registry.regions, registry.modes
+        self.region_set = pa.array(regions, pa.string())
+        self.mode_set = pa.array(modes, pa.string())
+        self.region_other, self.mode_other = len(regions), len(modes)
+        self.combos = (len(regions) + 1) * (len(modes) + 1)
+        combo = np.arange(self.combos)
+        region_code, mode_code = combo // (len(modes) + 1), combo % (len(modes) + 1)
+        self.origin = _micros(datetime.combine(registry.calendar.all_time_start,
+                                               datetime.min.time(), UTC))
+        self.applies = np.zeros((len(registry.boards), self.combos), dtype=bool)
+        self.fits: list[int | None] = []
+        low = [_INT64_MIN] * self.combos
+        high = [_INT64_MAX] * self.combos
+        for b, board in enumerate(registry.boards):
+            if board.scope == "global":
+                self.applies[b] = True
+            elif board.scope == "region":
+                if board.scope_value in regions:
+                    self.applies[b] = region_code == regions.index(board.scope_value)
+            elif board.scope_value in modes:
+                self.applies[b] = mode_code == modes.index(board.scope_value)
+            fit = None
+            if board.ties == "earliest":
+                fit = min(max_abs_score("earliest", registry.calendar.time_bits(k))
+                          for k in board.windows)
+            self.fits.append(fit)
+            lowest = board.min_points if fit is None else max(board.min_points, -fit)
+            highest = board.max_points if fit is None else min(board.max_points, fit)
+            for c in np.flatnonzero(self.applies[b]).tolist():
+                low[c], high[c] = max(low[c], lowest), min(high[c], highest)
+        for c in range(self.combos):
+            if low[c] > high[c] or low[c] > _INT64_MAX or high[c] < _INT64_MIN:
+                low[c], high[c] = _INT64_MAX, _INT64_MIN  # every row gets the exact checks
+        #: Per combo, points in [low, high] pass every applicable board's bounds and fit.
+        self.low = np.array(low, dtype=np.int64)
+        self.high = np.array(high, dtype=np.int64)
+        self._days: dict[int, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
+
+    def day(self, day_number: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+        """Per combo, for one event day: the latest ingested_at (us) of any window of any
+        applicable board (-inf: none), and whether an applicable board has a window of the day
+        past year 9999."""
+        cached = self._days.get(day_number)
+        if cached is None:
+            latest, out_of_range = _day_deadlines(self.registry, day_number)
+            best = np.full(self.combos, -np.inf)
+            out = np.zeros(self.combos, dtype=bool)
+            for b in range(len(latest)):
+                best = np.where(self.applies[b], np.maximum(best, latest[b]), best)
+                out |= self.applies[b] & out_of_range[b]
+            if len(self._days) >= _MAX_CACHED_DAYS:
+                self._days.clear()
+            cached = self._days[day_number] = (best, out)
+        return cached
+
+
+_plans: dict[int, _Plan] = {}
+_plans_lock = threading.Lock()
+
+
+def _plan(registry: Registry) -> _Plan:
+    """The plan of a registry (kept by identity: a registry is immutable)."""
+    plan = _plans.get(id(registry))
+    if plan is not None and plan.registry is registry:
+        return plan
+    plan = _Plan(registry)
+    with _plans_lock:
+        while len(_plans) >= _MAX_PLANS:
+            del _plans[next(iter(_plans))]
+        _plans[id(registry)] = plan  # holds the registry, so its id is not reused meanwhile
+    return plan
+
+
+def _codes(values: pa.ChunkedArray, known: pa.Array, other: int) -> npt.NDArray[np.int64]:
+    """Index of each value in `known`; `other` for nulls and unknown values."""
+    index = pc.index_in(values, value_set=known)
+    if isinstance(index, pa.ChunkedArray):
+        index = index.combine_chunks()
+    return np.asarray(pc.fill_null(index, other).to_numpy(), dtype=np.int64)
+
+
+def _fixed_width(column: pa.ChunkedArray) -> npt.NDArray[np.uint8] | None:
+    """A text column as an (n, width) byte matrix when every value is `width` bytes long (no
+    nulls, width >= 1); None otherwise."""
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if len(array) == 0 or array.null_count or not pa.types.is_string(array.type):
+        return None
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int32)[
+        array.offset:array.offset + len(array) + 1]
+    width = int(offsets[1] - offsets[0])
+    if width < 1 or data_buffer is None or not (np.diff(offsets) == width).all():
+        return None
+    data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return data.reshape(len(array), width)
+
+
+def _first_occurrences(accepted: pa.Table) -> npt.NDArray[np.int64] | None:
+    """Rows to keep so that each (match_id, player_id) appears once, first delivery first;
+    None when there are no repeats."""
+    match_id, player_id = accepted.column("match_id"), accepted.column("player_id")
+    match_bytes, player_bytes = _fixed_width(match_id), _fixed_width(player_id)
+    keys: pa.Array | pa.ChunkedArray
+    if match_bytes is not None and player_bytes is not None:
+        # Fixed widths (machine-made ids): the two ids side by side are one fixed-size key.
+        both = np.concatenate([match_bytes, player_bytes], axis=1)
+        keys = pa.Array.from_buffers(pa.binary(both.shape[1]), len(both),
+                                     [None, pa.py_buffer(both)])
+    else:
+        # Accepted ids have no control characters, so joining them with NUL is unambiguous.
+        keys = pc.binary_join_element_wise(match_id, player_id, "\x00")
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+    encoded = pc.dictionary_encode(keys)
+    if len(encoded.dictionary) == accepted.num_rows:
+        return None
+    index = np.asarray(encoded.indices.to_numpy(), dtype=np.int64)
+    # A row whose key number exceeds every number before it is its key's first row. Arrow
+    # numbers keys in order of appearance, so that finds every key once; if not, sort.
+    seen = np.maximum.accumulate(index)
+    first = np.flatnonzero(np.concatenate([[True], seen[1:] > seen[:-1]]))
+    if len(first) == len(encoded.dictionary):
+        return first
+    _, first = np.unique(index, return_index=True)
+    return np.sort(first)
 
 
 def validate_events(
@@ -290,34 +526,36 @@ def validate_events(
     event_time = _as_event_time(columns["event_time"], checks)
     typed = {**text, "points": columns["points"], "event_time": event_time}
     for name in INPUT_FIELDS:
-        missing = _mask(pc.is_null(typed[name]))
-        checks.fail(missing, "missing_field", f"{name} is missing")
+        if _has_nulls(typed[name]):
+            checks.fail(_is_null(typed[name]), "missing_field", f"{name} is missing")
 
+    # A cheap byte screen first; the exact checks run only on the rows it flags.
     match_id = text["match_id"]
-    match_len = pc.fill_null(pc.utf8_length(match_id), 0)
-    bad_match = (_mask(pc.greater(match_len, _MATCH_ID_MAX))
-                 | _mask(pc.equal(pc.fill_null(pc.utf8_length(pc.utf8_trim_whitespace(match_id)),
-                                               1), 0))
-                 | _mask(pc.match_substring_regex(match_id, r"[\x00-\x1f\x7f]")))
+    bad_match = _exact_on(_screen(match_id, _printable_bytes, 1, _MATCH_ID_MAX), match_id,
+                          _match_id_bad)
     checks.fail(bad_match, "bad_match_id",
                 lambda i: f"match_id {_shown(match_id[i].as_py())} must be 1-{_MATCH_ID_MAX} "
                           "printable characters")
     for name, code in (("player_id", "bad_player_id"), ("server_id", "bad_server_id")):
         values = text[name]
-        bad = ~_mask(pc.match_substring_regex(values, ID_PATTERN)) & ~_mask(pc.is_null(values))
+        bad = _exact_on(_screen(values, _id_bytes, 1, 64), values, _id_bad)
         checks.fail(bad, code, lambda i, v=values, f=name: (
             f"{f} {_shown(v[i].as_py())} must be 1-64 chars of [A-Za-z0-9_.:-]"))
-    for name, code, known in (("region", "unknown_region", registry.regions),
-                              ("mode", "unknown_mode", registry.modes)):
+    plan = _plan(registry)
+    codes: dict[str, npt.NDArray[np.int64]] = {}
+    for name, code, known, known_set, other in (
+            ("region", "unknown_region", registry.regions, plan.region_set, plan.region_other),
+            ("mode", "unknown_mode", registry.modes, plan.mode_set, plan.mode_other)):
         values = text[name]
-        bad = ~_mask(pc.is_in(values, value_set=pa.array(known, pa.string())))
-        bad &= ~_mask(pc.is_null(values))
+        codes[name] = _codes(values, known_set, other)
+        bad = codes[name] == other
+        if _has_nulls(values):
+            bad &= ~_is_null(values)
         checks.fail(bad, code, lambda i, v=values, f=name, k=known: (
             f"{f} {_shown(v[i].as_py())} is not one of {', '.join(k)}"))
 
     micros = _to_micros(event_time)
-    origin = _micros(datetime.combine(registry.calendar.all_time_start, datetime.min.time(), UTC))
-    checks.fail(micros < origin, "before_calendar_start",
+    checks.fail(micros < plan.origin, "before_calendar_start",
                 lambda i: f"event_time {_iso(int(micros[i]))} is before the calendar "
                           f"start {registry.calendar.all_time_start}")
     limit = _micros(now) + int(registry.future_skew / timedelta(microseconds=1))
@@ -336,39 +574,46 @@ def validate_events(
     else:
         landed = _to_micros(_to_timestamp(ingested_at))
 
-    region_values = np.asarray(pc.fill_null(text["region"], "").to_numpy(zero_copy_only=False))
-    mode_values = np.asarray(pc.fill_null(text["mode"], "").to_numpy(zero_copy_only=False))
+    # Which boards count a row depends only on its (region, mode) combo.
+    combo = codes["region"] * (plan.mode_other + 1) + codes["mode"]
+    # Points: a row inside its combo's common range passes every board; the rest get each
+    # board's checks, in board order, so the first failing board is the one reported.
+    suspect = (points < plan.low[combo]) | (points > plan.high[combo])
+    if suspect.any():
+        for b, board in enumerate(registry.boards):
+            applies = suspect & plan.applies[b][combo]
+            out = applies & ((points < board.min_points) | (points > board.max_points))
+            checks.fail(out, "points_out_of_bounds", lambda i, b=board: (
+                f"points {points[i]} outside [{b.min_points}, {b.max_points}] of board {b.name}"))
+            fit = plan.fits[b]
+            if fit is not None:
+                checks.fail(applies & (np.abs(points) > fit), "sort_key_overflow",
+                            lambda i, b=board, f=fit: (
+                                f"points {points[i]} exceed |{f}|, the exact sort-key range of "
+                                f"board {b.name}"))
+
     # Windows only for rows still ok: a rejected event_time may be anywhere in years 1-9999.
-    pending = ~checks.failed
-    unique_days, pending_index = np.unique(np.floor_divide(micros[pending], _US_PER_DAY),
-                                           return_inverse=True)
-    day_index = np.zeros(n, dtype=np.intp)
-    day_index[pending] = pending_index.reshape(-1)
-    deadlines = _deadlines(registry, unique_days) if unique_days.size else {}
+    pending = np.flatnonzero(~checks.failed)
     best_deadline = np.full(n, -np.inf)
     out_of_range = np.zeros(n, dtype=bool)
-    for board in registry.boards:
-        if board.scope == "global":
-            applies = np.ones(n, dtype=bool)
-        elif board.scope == "region":
-            applies = region_values == board.scope_value
+    if pending.size:
+        days = np.floor_divide(micros[pending], _US_PER_DAY)
+        first_day = int(days.min())
+        span = int(days.max()) - first_day + 1
+        if span <= _DENSE_DAYS:
+            relative = days - first_day
+            present = np.flatnonzero(np.bincount(relative, minlength=span))
+            slot = np.zeros(span, dtype=np.int64)
+            slot[present] = np.arange(present.size)
+            unique_days = (present + first_day).tolist()
+            day_index = slot[relative]
         else:
-            applies = mode_values == board.scope_value
-        out = applies & ((points < board.min_points) | (points > board.max_points))
-        checks.fail(out, "points_out_of_bounds", lambda i, b=board: (
-            f"points {points[i]} outside [{b.min_points}, {b.max_points}] of board {b.name}"))
-        if board.ties == "earliest":
-            fit = min(max_abs_score("earliest", registry.calendar.time_bits(k))
-                      for k in board.windows)
-            checks.fail(applies & (np.abs(points) > fit), "sort_key_overflow", lambda i, b=board, f=fit: (
-                f"points {points[i]} exceed |{f}|, the exact sort-key range of board {b.name}"))
-        if deadlines:
-            counted = applies & pending
-            board_days = deadlines[board.name]
-            best_deadline = np.where(counted, np.maximum(best_deadline,
-                                                         board_days.latest[day_index]),
-                                     best_deadline)
-            out_of_range |= counted & board_days.out_of_range[day_index]
+            found, day_index = np.unique(days, return_inverse=True)
+            unique_days = found.tolist()
+        per_day = [plan.day(d) for d in unique_days]
+        at = day_index.reshape(-1) * plan.combos + combo[pending]
+        best_deadline[pending] = np.concatenate([best for best, _ in per_day])[at]
+        out_of_range[pending] = np.concatenate([out for _, out in per_day])[at]
     checks.fail(out_of_range, "bad_type",
                 lambda i: f"event_time {_iso(int(micros[i]))} is out of range: a window it "
                           f"falls in ends after {date.max.isoformat()}")
@@ -385,19 +630,21 @@ def validate_events(
         "match_id": text["match_id"], "player_id": text["player_id"],
         "points": pa.array(points, pa.int64()), "event_time": event_time,
         "region": text["region"], "mode": text["mode"], "server_id": text["server_id"],
-    }).filter(pa.array(ok))
-    accepted = accepted.cast(EVENT_SCHEMA)
+    })
+    if not ok.all():
+        accepted = accepted.filter(pa.array(ok))
+    accepted = _conform(accepted, EVENT_SCHEMA)
     duplicates = 0
     if accepted.num_rows:
-        keyed = accepted.append_column("_row", pa.array(np.arange(accepted.num_rows)))
-        first = keyed.group_by(["match_id", "player_id"], use_threads=False).aggregate(
-            [("_row", "min")])
-        if first.num_rows != accepted.num_rows:
-            duplicates = accepted.num_rows - first.num_rows
-            keep = np.sort(first.column("_row_min").to_numpy())
+        keep = _first_occurrences(accepted)
+        if keep is not None:
+            duplicates = accepted.num_rows - len(keep)
             accepted = accepted.take(pa.array(keep))
 
     bad_rows = np.flatnonzero(checks.failed)
+    if not bad_rows.size:
+        return Validated(accepted=accepted, rejected=_REJECTED_SCHEMA.empty_table(),
+                         duplicates=duplicates)
     rejected_columns: dict[str, pa.Array] = {}
     for name in INPUT_FIELDS:
         raw = columns[name].take(pa.array(bad_rows, pa.int64())) if bad_rows.size else None
@@ -405,9 +652,17 @@ def validate_events(
     rejected_columns["reason"] = pa.array([checks.reason[i] for i in bad_rows], pa.string())
     rejected_columns["detail"] = pa.array([checks.detail[i] for i in bad_rows], pa.string())
     rejected_columns["source"] = pa.array([source] * len(bad_rows), pa.string())
-    rejected = pa.table(rejected_columns, schema=QUARANTINE_SCHEMA.remove(
-        QUARANTINE_SCHEMA.get_field_index("ingested_at")))
+    rejected = pa.table(rejected_columns, schema=_REJECTED_SCHEMA)
     return Validated(accepted=accepted, rejected=rejected, duplicates=duplicates)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """table.cast(schema), without the cast when only the fields' nullability differs."""
+    if table.schema.names == schema.names and all(
+            column.type == field.type and (field.nullable or not column.null_count)
+            for column, field in zip(table.columns, schema, strict=True)):
+        return pa.Table.from_arrays(table.columns, schema=schema)
+    return table.cast(schema)
 
 
 def _raw_text(raw: pa.ChunkedArray | None, n: int) -> pa.Array:

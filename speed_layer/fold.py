@@ -6,20 +6,29 @@ touch of a player starting from the base key (recorded in `T`), and advances tha
 board-window's checkpoint for the writer -- unless the checkpoint already covers the file. A
 crash anywhere is repaired by folding again every file past the version's progress mark:
 each board-window skips what it already has, so each file counts exactly once everywhere.
+
+Speed: a board-window's updates travel as two text arguments (one line per field, built with
+Arrow kernels), not as one argument per field, so neither side spends per-field work in
+Python; the script parses them with `string.gmatch`. `sum` boards with shared ties (the
+default registry) take a fast path of one ZINCRBY per update (plus a ZADD NX into `T` for a
+player the base version has); the banned-set check is skipped while that set is empty.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import redis
+from redis.exceptions import NoScriptError
 
 from leaderboard.batch_view import BatchView
 from leaderboard.calendar import Window
@@ -34,15 +43,20 @@ from leaderboard.speed_keys import (
     windows_key,
 )
 
-__all__ = ["FOLD_SCRIPT", "BaseKeys", "Folder", "Update", "plan_updates"]
+__all__ = ["FOLD_SCRIPT", "BaseKeys", "Folder", "ScriptPipeline", "Update", "plan_updates",
+           "value_fields"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_DAY = 86_400_000_000
 
 #: KEYS: M, T, C, L, B. ARGV: writer, seq, mode, aggregation, sign, earliest (0|1),
-#: 2^time_bits, then 7 values per player: player, base key ('' if none), base mark ('' if none), a, b, c, d
-#: where sum: a=points delta, b=t of the latest event; max|min: a=best points, b=its t;
-#: last: a=points, b=event time (us, 20 digits), c=match_id, d=t.
+#: 2^time_bits, based rows, plain rows. A row is its fields, each followed by '\n' (player
+#: and match ids never hold a control character). Plain row: player, values; based row (the
+#: player has a base key in this version): player, base key, base mark (`last` only), values.
+#: Values (see `value_fields`): sum with shared ties: sort-key delta (points delta times the
+#: sign, so the script hands the text to ZINCRBY as is); sum with earliest ties:
+#: delta, t of the latest event; max|min: best points, its t; last: points, event time (us,
+#: 20 digits), match_id, t.
 FOLD_SCRIPT = """
 local ck = redis.call('HGET', KEYS[3], ARGV[1])
 local covered = ck and tonumber(ck) >= tonumber(ARGV[2])
@@ -51,30 +65,46 @@ local covered = ck and tonumber(ck) >= tonumber(ARGV[2])
 if ARGV[3] == 'fold' and covered then return 0 end
 if ARGV[3] == 'replay' and not covered then return 0 end
 local agg, sign, earliest, span = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
-local function decode(key)
-  if not earliest then return sign * key, 0 end
-  local s = math.floor(key / span)
-  return sign * s, span - 1 - (key - s * span)
-end
-local function encode(score, t)
-  if not earliest then return sign * score end
-  return (sign * score) * span + (span - 1 - t)
-end
-local i = 8
-while i <= #ARGV do
-  local p, base, mark = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local a, b, c, d = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  i = i + 7
-  if redis.call('SISMEMBER', KEYS[5], p) == 0 then
-    local cur = redis.call('ZSCORE', KEYS[1], p)
+local M, T, L, B = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local guard = redis.call('EXISTS', B) == 1  -- a ban raced the client's filter
+local function banned(p) return guard and redis.call('SISMEMBER', B, p) == 1 end
+local F = '([^\\n]*)\\n'
+if agg == 'sum' and not earliest then
+  -- The sort key is sign * score: a (signed) delta is one ZINCRBY. A based player not yet
+  -- in T is not in M either (T is written on first touch), so it starts from its base key.
+  for p, base, delta in string.gmatch(ARGV[8], F .. F .. F) do
+    if not banned(p) then
+      if redis.call('ZADD', T, 'NX', base, p) == 1 then
+        redis.call('ZADD', M, tonumber(base) + tonumber(delta), p)
+      else
+        redis.call('ZINCRBY', M, delta, p)
+      end
+    end
+  end
+  for p, delta in string.gmatch(ARGV[9], F .. F) do
+    if not banned(p) then redis.call('ZINCRBY', M, delta, p) end
+  end
+else
+  local function decode(key)
+    if not earliest then return sign * key, 0 end
+    local s = math.floor(key / span)
+    return sign * s, span - 1 - (key - s * span)
+  end
+  local function encode(score, t)
+    if not earliest then return sign * score end
+    return (sign * score) * span + (span - 1 - t)
+  end
+  local function apply(p, base, mark, a, b, c, d)
+    if banned(p) then return end
+    local cur = redis.call('ZSCORE', M, p)
     local curmark = false
     if cur then
       cur = tonumber(cur)
-      if agg == 'last' then curmark = redis.call('HGET', KEYS[4], p) end
-    elseif base ~= '' then
+      if agg == 'last' then curmark = redis.call('HGET', L, p) end
+    elseif base then
       cur = tonumber(base)
-      redis.call('ZADD', KEYS[2], cur, p)
-      if mark ~= '' then curmark = mark end
+      redis.call('ZADD', T, cur, p)
+      curmark = mark
     end
     local new
     if agg == 'sum' then
@@ -105,9 +135,24 @@ while i <= #ARGV do
         local us0, m0 = string.sub(curmark, 1, sep - 1), string.sub(curmark, sep + 1)
         later = us > us0 or (us == us0 and m > m0)
       end
-      if later then redis.call('HSET', KEYS[4], p, us .. '|' .. m) else new = cur end
+      if later then redis.call('HSET', L, p, us .. '|' .. m) else new = cur end
     end
-    redis.call('ZADD', KEYS[1], new, p)
+    redis.call('ZADD', M, new, p)
+  end
+  if agg == 'last' then
+    for p, base, mark, a, b, c, d in string.gmatch(ARGV[8], string.rep(F, 7)) do
+      apply(p, base, mark, a, b, c, d)
+    end
+    for p, a, b, c, d in string.gmatch(ARGV[9], string.rep(F, 5)) do
+      apply(p, false, false, a, b, c, d)
+    end
+  else
+    for p, base, a, b in string.gmatch(ARGV[8], string.rep(F, 4)) do
+      apply(p, base, false, a, b)
+    end
+    for p, a, b in string.gmatch(ARGV[9], string.rep(F, 3)) do
+      apply(p, false, false, a, b)
+    end
   end
 end
 if ARGV[3] == 'fold' then redis.call('HSET', KEYS[3], ARGV[1], ARGV[2]) end
@@ -115,19 +160,103 @@ return 1
 """
 
 
+def value_fields(board: Board) -> tuple[str, ...]:
+    """The value columns a board's rows carry, in FOLD_SCRIPT's order."""
+    if board.aggregation == "sum":
+        return ("points", "t") if board.ties == "earliest" else ("points",)
+    if board.aggregation in ("max", "min"):
+        return ("points", "t")
+    return ("points", "us", "match", "t")
+
+
 @dataclass
 class Update:
-    """The updates of one micro-batch for one board-window."""
+    """The updates of one micro-batch for one board-window: one row per player."""
 
     board: Board
     window: Window
     time_bits: int
-    players: list[str] = field(default_factory=list)
-    values: list[tuple[str, str, str, str]] = field(default_factory=list)
+    players: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
+    #: The value columns of `value_fields(board)`, as text.
+    values: list[pa.Array] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.players)
+
+
+class ScriptPipeline:
+    """Pipelined EVALSHA calls (and plain commands) in one round trip.
+
+    A server that lacks a script (restarted, or a cluster node that never saw it) answers
+    NOSCRIPT without running anything; those calls are retried once the script is loaded
+    (SCRIPT LOAD reaches every primary of a cluster). Works alike on `redis.Redis` and
+    `redis.cluster.RedisCluster`: every call's keys share one hash tag.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.pipe = client.pipeline(transaction=False)
+        self._calls: list[tuple[str, Sequence[Any]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def script(self, source: str, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        # execute_command, not .evalsha(): redis-py's cluster pipeline blocks the method
+        # (scripts may be missing on a node; the NOSCRIPT retry below covers that).
+        call = ("EVALSHA", sha, len(keys), *keys, *args)
+        self.pipe.execute_command(*call)  # type: ignore[no-untyped-call]
+        self._calls.append((source, call))
+
+    def command(self, name: str, *args: Any) -> None:
+        getattr(self.pipe, name)(*args)
+        self._calls.append(None)
+
+    def execute(self) -> list[Any]:
+        calls, self._calls = self._calls, []
+        if not calls:
+            return []
+        results = self.pipe.execute(raise_on_error=False)
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)
+                   and calls[i] is not None]
+        if missing:
+            for source in {calls[i][0] for i in missing}:  # type: ignore[index]
+                self.client.script_load(source)
+            retry = self.client.pipeline(transaction=False)
+            for i in missing:
+                retry.execute_command(*calls[i][1])  # type: ignore[index, no-untyped-call]
+            for i, result in zip(missing, retry.execute(raise_on_error=False), strict=True):
+                results[i] = result
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return list(results)
+
+
+def _sha(source: str) -> str:
+    """The SHA1 EVALSHA names a script by."""
+    return hashlib.sha1(source.encode()).hexdigest()
 
 
 def _us(instant: datetime) -> int:
     return (instant - _EPOCH) // timedelta(microseconds=1)
+
+
+def _deadline(window: Window | None, grace_us: int) -> int:
+    """The last ingested_at (us) at which an event still counts in the window."""
+    if window is None:
+        return -1
+    if window.end is None:
+        return int(np.iinfo(np.int64).max)
+    return _us(window.end) + grace_us
+
+
+def _decoded(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _text(values: np.ndarray | pa.Array) -> pa.Array:
+    return pc.cast(values if isinstance(values, pa.Array) else pa.array(values), pa.string())
 
 
 def plan_updates(table: pa.Table, registry: Registry,
@@ -147,19 +276,23 @@ def plan_updates(table: pa.Table, registry: Registry,
     landed_us = np.asarray(pc.cast(table.column("ingested_at"), pa.int64()).to_numpy())
     days, day_index = np.unique(event_us // _US_PER_DAY, return_inverse=True)
     dates = [date(1970, 1, 1) + timedelta(days=int(d)) for d in days]
-    regions = np.asarray(table.column("region").to_numpy(zero_copy_only=False))
-    modes = np.asarray(table.column("mode").to_numpy(zero_copy_only=False))
-    players = table.column("player_id")
+    regions = table.column("region")
+    modes = table.column("mode")
+    # Players as dictionary codes: a sum per (window, player) is one bincount.
+    encoded = pc.dictionary_encode(table.column("player_id").combine_chunks())
+    player_names = encoded.dictionary
+    player_code = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     points = np.asarray(table.column("points").to_numpy())
+    players = table.column("player_id")
     matches = table.column("match_id")
     updates: list[Update] = []
     for board in registry.boards:
         if board.scope == "global":
             applies = np.ones(table.num_rows, dtype=bool)
-        elif board.scope == "region":
-            applies = regions == board.scope_value
         else:
-            applies = modes == board.scope_value
+            column = regions if board.scope == "region" else modes
+            applies = np.asarray(pc.equal(column, board.scope_value).to_numpy(
+                zero_copy_only=False), dtype=bool)
         if not applies.any():
             continue
         grace_us = board.grace // timedelta(microseconds=1)
@@ -167,42 +300,59 @@ def plan_updates(table: pa.Table, registry: Registry,
             windows = [calendar.window_on(kind, d) for d in dates]
             ids = np.array([w.id if w else "" for w in windows], dtype=object)
             starts = np.array([_us(w.start) if w else 0 for w in windows], dtype=np.int64)
-            deadlines = np.array([np.iinfo(np.int64).max if (w and w.end is None) else
-                                  (_us(w.end) + grace_us if w else -1) for w in windows],
-                                 dtype=np.int64)
+            deadlines = np.array([_deadline(w, grace_us) for w in windows], dtype=np.int64)
             counts = applies & (landed_us <= deadlines[day_index]) & (ids[day_index] != "")
             if not counts.any():
                 continue
             rows = np.flatnonzero(counts)
             # Several event dates share a window: one update per window, not per date.
-            window_ids, window_of_day = np.unique(ids, return_inverse=True)
+            window_ids, first_day, window_of_day = np.unique(ids, return_index=True,
+                                                             return_inverse=True)
             window_of = window_of_day[day_index[rows]]
-            t = (event_us[rows] - starts[day_index[rows]]) // 1_000_000
-            part = pa.table({
-                "w": pa.array(window_of, pa.int64()), "player": players.take(pa.array(rows)),
-                "points": pa.array(points[rows]), "t": pa.array(t),
-                "us": pa.array(event_us[rows]), "match": matches.take(pa.array(rows)),
-            })
             bits = calendar.time_bits(kind) if board.ties == "earliest" else 0
-            first_day_of = {w: int(np.flatnonzero(window_of_day == w)[0])
-                            for w in np.unique(window_of).tolist()}
-            for w_index, day_number in first_day_of.items():
-                window = windows[day_number]
-                assert window is not None and window.id == window_ids[w_index]
-                chunk = part.filter(pc.equal(part.column("w"), w_index))
-                updates.append(_aggregate(board, window, bits, chunk))
+            if len(window_ids) > 1:
+                order = np.argsort(window_of, kind="stable")
+                rows, window_of = rows[order], window_of[order]
+            bounds = np.flatnonzero(np.diff(window_of)) + 1
+            for chunk in np.split(rows, bounds):
+                w_index = int(window_of_day[day_index[chunk[0]]])
+                window = windows[int(first_day[w_index])]
+                assert window is not None
+                assert window.id == window_ids[w_index]
+                t = (event_us[chunk] - starts[day_index[chunk]]) // 1_000_000
+                if board.aggregation == "sum":
+                    update = _sum(board, window, bits, chunk, player_code, player_names,
+                                  points, t)
+                else:
+                    update = _ranked(board, window, bits, pa.table({
+                        "player": players.take(pa.array(chunk)),
+                        "points": pa.array(points[chunk]), "t": pa.array(t),
+                        "us": pa.array(event_us[chunk]), "match": matches.take(pa.array(chunk)),
+                    }))
+                updates.append(update)
     return updates
 
 
-def _aggregate(board: Board, window: Window, bits: int, chunk: pa.Table) -> Update:
-    update = Update(board, window, bits)
-    if board.aggregation == "sum":
-        grouped = chunk.group_by("player").aggregate([("points", "sum"), ("t", "max")])
-        update.players = grouped.column("player").to_pylist()
-        update.values = [(str(a), str(b), "", "") for a, b in zip(
-            grouped.column("points_sum").to_pylist(), grouped.column("t_max").to_pylist(),
-            strict=True)]
-        return update
+def _sum(board: Board, window: Window, bits: int, rows: np.ndarray, player_code: np.ndarray,
+         player_names: pa.Array, points: np.ndarray, t: np.ndarray) -> Update:
+    codes = player_code[rows]
+    size = len(player_names)
+    seen = np.bincount(codes, minlength=size) > 0
+    present = np.flatnonzero(seen)
+    # float64 sums are exact: |sum| stays far below 2^53 (bounded points per event).
+    sums = np.bincount(codes, weights=points[rows], minlength=size)[present].astype(np.int64)
+    if board.ties != "earliest":
+        # The sort key is sign * score: send the key's delta, which ZINCRBY takes as is.
+        return Update(board, window, bits, player_names.take(pa.array(present)),
+                      [_text(sums if board.order == "desc" else -sums)])
+    latest = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(latest, codes, t)
+    return Update(board, window, bits, player_names.take(pa.array(present)),
+                  [_text(sums), _text(latest[present])])
+
+
+def _ranked(board: Board, window: Window, bits: int, chunk: pa.Table) -> Update:
+    """max|min: the best points per player (earliest t on ties); last: the latest event."""
     if board.aggregation in ("max", "min"):
         order = "descending" if board.aggregation == "max" else "ascending"
         ranked = chunk.sort_by([("player", "ascending"), ("points", order), ("t", "ascending")])
@@ -211,16 +361,38 @@ def _aggregate(board: Board, window: Window, bits: int, chunk: pa.Table) -> Upda
                                 ("match", "descending")])
     grouped = ranked.group_by("player", use_threads=False).aggregate(
         [("points", "first"), ("t", "first"), ("us", "first"), ("match", "first")])
-    update.players = grouped.column("player").to_pylist()
-    pts = grouped.column("points_first").to_pylist()
-    ts = grouped.column("t_first").to_pylist()
+    columns = {"points": _text(grouped.column("points_first").combine_chunks()),
+               "t": _text(grouped.column("t_first").combine_chunks())}
     if board.aggregation == "last":
-        update.values = [(str(p), f"{u:020d}", m, str(t)) for p, u, m, t in zip(
-            pts, grouped.column("us_first").to_pylist(), grouped.column("match_first").to_pylist(),
-            ts, strict=True)]
-    else:
-        update.values = [(str(p), str(t), "", "") for p, t in zip(pts, ts, strict=True)]
-    return update
+        columns["us"] = pc.utf8_lpad(_text(grouped.column("us_first").combine_chunks()), 20,
+                                     "0")
+        columns["match"] = grouped.column("match_first").combine_chunks()
+    return Update(board, window, bits, grouped.column("player").combine_chunks(),
+                  [columns[name] for name in value_fields(board)])
+
+
+def _lines(columns: Sequence[pa.Array | str]) -> bytes:
+    """Rows of `columns` as one text: every field followed by a newline."""
+    rows = pc.binary_join_element_wise(*columns, "", "\n")
+    if len(rows) == 0:
+        return b""
+    if isinstance(rows, pa.ChunkedArray):
+        rows = rows.combine_chunks()
+    width = np.int64 if pa.types.is_large_string(rows.type) else np.int32
+    offsets = np.frombuffer(rows.buffers()[1], dtype=width)[rows.offset:rows.offset + len(rows)
+                                                             + 1]
+    begin, end = int(offsets[0]), int(offsets[-1])
+    text: bytes = rows.buffers()[2].slice(begin, end - begin).to_pybytes()
+    return text
+
+
+@dataclass
+class _BaseWindow:
+    """One board-window of a base version: row of each player, sort keys and marks as text."""
+
+    rows: dict[str, int]
+    keys: pa.Array
+    marks: pa.Array | None
 
 
 class BaseKeys:
@@ -228,27 +400,61 @@ class BaseKeys:
 
     def __init__(self, view: BatchView | None) -> None:
         self.view = view
-        self._cache: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+        self._cache: dict[tuple[str, str], _BaseWindow | None] = {}
 
-    def lookup(self, board: Board, window_id: str) -> dict[str, tuple[str, str]]:
+    def window(self, board: Board, window_id: str) -> _BaseWindow | None:
         key = (board.name, window_id)
         if key not in self._cache:
-            found: dict[str, tuple[str, str]] = {}
+            found = None
             table = None if self.view is None else self.view.standings(board.name, window_id)
             if table is not None and table.num_rows:
-                keys = [str(k) for k in table.column("sort_key").to_pylist()]
-                marks = [""] * table.num_rows
+                marks = None
                 if board.aggregation == "last":
-                    reached = pc.cast(table.column("reached_at"), pa.int64()).to_pylist()
-                    last_match = (table.column("last_match_id").to_pylist()
-                                  if "last_match_id" in table.column_names
-                                  else [""] * table.num_rows)
-                    marks = [f"{u:020d}|{m or ''}" for u, m in zip(reached, last_match,
-                                                                   strict=True)]
-                found = dict(zip(table.column("player_id").to_pylist(),
-                                 zip(keys, marks, strict=True), strict=True))
+                    reached = _text(pc.cast(table.column("reached_at"), pa.int64())
+                                    .combine_chunks())
+                    last_match = (pc.fill_null(table.column("last_match_id"), "")
+                                  .combine_chunks() if "last_match_id" in table.column_names
+                                  else pa.array([""] * table.num_rows, pa.string()))
+                    marks = pc.binary_join_element_wise(pc.utf8_lpad(reached, 20, "0"),
+                                                        last_match, "|")
+                players = table.column("player_id").to_pylist()
+                found = _BaseWindow(dict(zip(players, range(len(players)), strict=True)),
+                                    _text(table.column("sort_key").combine_chunks()), marks)
             self._cache[key] = found
         return self._cache[key]
+
+    def lookup(self, board: Board, window_id: str) -> dict[str, tuple[str, str]]:
+        """{player: (base sort key, base mark or '')} of one board-window (tests, tools)."""
+        found = self.window(board, window_id)
+        if found is None:
+            return {}
+        keys = found.keys.to_pylist()
+        marks = found.marks.to_pylist() if found.marks is not None else [""] * len(keys)
+        return {p: (keys[i], marks[i]) for p, i in found.rows.items()}
+
+
+def encode_rows(update: Update, base: _BaseWindow | None) -> tuple[bytes, bytes]:
+    """(based rows, plain rows) of one update, in FOLD_SCRIPT's wire format."""
+    players, values = update.players, update.values
+    if base is None or not base.rows:
+        return b"", _lines([players, *values])
+    get = base.rows.get
+    at = np.fromiter((get(p, -1) for p in players.to_pylist()), dtype=np.int64,
+                     count=len(players))
+    known = at >= 0
+    if not known.any():
+        return b"", _lines([players, *values])
+    based = pa.array(known)
+    base_columns = [base.keys.take(pa.array(at[known]))]
+    if update.board.aggregation == "last":
+        assert base.marks is not None
+        base_columns.append(base.marks.take(pa.array(at[known])))
+    based_rows = _lines([players.filter(based), *base_columns,
+                         *(v.filter(based) for v in values)])
+    if known.all():
+        return based_rows, b""
+    plain = pc.invert(based)
+    return based_rows, _lines([players.filter(plain), *(v.filter(plain) for v in values)])
 
 
 class Folder:
@@ -258,8 +464,9 @@ class Folder:
         self.client = client
         self.registry = registry
         self.lake = Path(lake)
-        self._script = client.register_script(FOLD_SCRIPT)
+        self._sha = _sha(FOLD_SCRIPT)
         self._bases: dict[str, BaseKeys] = {}
+        self._newest: dict[Path, datetime | None] = {}
 
     def base(self, version: SpeedVersion) -> BaseKeys:
         tag = version.tag
@@ -280,28 +487,33 @@ class Folder:
         `crash_after` (tests only) kills the process after that many board-window calls.
         """
         if banned is None:
-            banned = {b.decode() for b in self.client.smembers(BANNED)}
-        if banned and table.num_rows:
-            table = table.filter(pc.invert(pc.is_in(table.column("player_id"),
-                                                    value_set=pa.array(sorted(banned)))))
+            banned = {_decoded(b) for b in self.client.smembers(BANNED)}
         updates = plan_updates(table, self.registry, version.watermark)
+        if banned:
+            # Banned players' rows are dropped, but every board-window the file touches still
+            # gets its call, so its checkpoint covers the file (an unban replays from there).
+            ban_set = pa.array(sorted(banned), pa.string())
+            for update in updates:
+                keep = pc.invert(pc.is_in(update.players, value_set=ban_set))
+                if not pc.all(keep).as_py():
+                    update.players = update.players.filter(keep)
+                    update.values = [v.filter(keep) for v in update.values]
         base = self.base(version)
         applied = 0
-        pipe = self.client.pipeline(transaction=False)
+        pipe = ScriptPipeline(self.client)
         touched = []
         for number, update in enumerate(updates):
             keys = BoardWindowKeys(update.board.name, update.window.id, version.tag)
-            known = base.lookup(update.board, update.window.id)
-            args: list[str | int] = [
+            based_rows, plain_rows = encode_rows(update, base.window(update.board,
+                                                                     update.window.id))
+            args: list[str | int | bytes] = [
                 writer, seq, mode, update.board.aggregation,
                 1 if update.board.order == "desc" else -1,
                 1 if update.board.ties == "earliest" else 0, 1 << update.time_bits,
+                based_rows, plain_rows,
             ]
-            for player, (a, b, c, d) in zip(update.players, update.values, strict=True):
-                key, mark = known.get(player, ("", ""))
-                args.extend((player, key, mark, a, b, c, d))
             touched.append(f"{update.board.name}|{update.window.id}")
-            self._script(keys=keys.all(), args=args, client=pipe)
+            pipe.script(FOLD_SCRIPT, self._sha, keys.all(), args)
             if crash_after is not None and number + 1 >= crash_after:
                 applied += sum(int(r) for r in pipe.execute())
                 import os
@@ -309,27 +521,44 @@ class Folder:
 
                 os.kill(os.getpid(), signal.SIGKILL)
         if touched:
-            pipe.sadd(windows_key(version.tag), *touched)
+            pipe.command("sadd", windows_key(version.tag), *touched)
         results = pipe.execute()
         applied += sum(int(r) for r in results[: len(updates)])
         if mode == "fold":
             self.client.hset(progress_key(version.tag), writer, seq)
         return applied
 
+    def _after(self, landed: LandedFile, watermark: datetime | None) -> bool:
+        """Whether a landed file may hold rows ingested at or after the watermark. A file's
+        partition is its earliest stamp; only backfill files hold later rows, so files from
+        earlier partitions are checked by their ingested_at statistics (cached: immutable)."""
+        if watermark is None or landed.ingest_date >= watermark.date():
+            return True
+        if landed.path not in self._newest:
+            meta = pq.ParquetFile(landed.path).metadata
+            column = meta.schema.to_arrow_schema().get_field_index("ingested_at")
+            newest = None
+            for group in range(meta.num_row_groups):
+                stats = meta.row_group(group).column(column).statistics
+                if stats is None or not stats.has_min_max:
+                    newest = datetime.max.replace(tzinfo=UTC)
+                    break
+                value = stats.max if stats.max.tzinfo else stats.max.replace(tzinfo=UTC)
+                newest = value if newest is None else max(newest, value)
+            self._newest[landed.path] = newest
+        newest = self._newest[landed.path]
+        return newest is not None and newest >= watermark
+
     def pending(self, version: SpeedVersion) -> list[LandedFile]:
         """Landed files past this version's progress mark (per writer) and its watermark."""
-        marks = {k.decode(): int(v) for k, v in
+        marks = {_decoded(k): int(v) for k, v in
                  self.client.hgetall(progress_key(version.tag)).items()}
-        first_day = None if version.watermark is None else version.watermark.date()
         return [f for f in landed_files(self.lake)
-                if (first_day is None or f.ingest_date >= first_day)
-                and f.seq > marks.get(f.writer, -1)]
+                if f.seq > marks.get(f.writer, -1) and self._after(f, version.watermark)]
 
     def pending_or_folded(self, version: SpeedVersion) -> list[LandedFile]:
         """Every landed file that may hold speed events of this version (past its watermark)."""
-        first_day = None if version.watermark is None else version.watermark.date()
-        return [f for f in landed_files(self.lake)
-                if first_day is None or f.ingest_date >= first_day]
+        return [f for f in landed_files(self.lake) if self._after(f, version.watermark)]
 
     def catch_up(self, version: SpeedVersion, files: Iterable[LandedFile] | None = None) -> int:
         """Fold every file past the progress mark, in seq order per writer (crash repair)."""

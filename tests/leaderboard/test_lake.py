@@ -228,6 +228,69 @@ def test_seqs_are_shared_by_events_and_quarantine_and_survive_restarts(lake, reg
         assert writer.next_seq == 10, "burned seqs stay burned"
 
 
+def _seq_writes(monkeypatch) -> list[bytes]:
+    """Record every write of a writer's seq file."""
+    writes: list[bytes] = []
+    real = lake_module.atomic_write_bytes
+
+    def recording(target: Path, payload: bytes) -> None:
+        if target.suffix == ".seq":
+            writes.append(payload)
+        real(target, payload)
+
+    monkeypatch.setattr(lake_module, "atomic_write_bytes", recording)
+    return writes
+
+
+def test_seqs_are_reserved_in_durable_blocks(lake, monkeypatch):
+    writes = _seq_writes(monkeypatch)
+    monkeypatch.setattr(lake_module, "SEQ_BLOCK", 2)
+    with LandingWriter(lake, "w1") as writer:
+        seqs = [f.seq for _ in range(5) for f in writer.land(_events("a"), FIXED_NOW)]
+        assert seqs == [0, 1, 2, 3, 4], "no gaps while the writer lives"
+        assert writes == [b"2", b"4", b"6"], "one durable write per block, before its first seq"
+        assert (lake / "writers" / "w1.seq").read_text() == "6"
+    assert writes[-1] == b"5", "a clean close gives back the unused rest of the block"
+    with LandingWriter(lake, "w1") as writer:
+        assert writer.next_seq == 5
+
+
+_DYING_WRITER = r"""
+import os, sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from leaderboard.lake import LandingWriter
+from leaderboard.schema import EVENT_SCHEMA
+
+def events(match_id):
+    return pa.Table.from_pylist([{
+        "match_id": match_id, "player_id": "p1", "points": 5,
+        "event_time": datetime(2026, 12, 1, 10, tzinfo=UTC), "region": "na",
+        "mode": "ranked", "server_id": "s1"}], schema=EVENT_SCHEMA)
+
+writer = LandingWriter(Path(sys.argv[1]), "w1")
+writer.land(events("a"), datetime(2026, 12, 2, 12, tzinfo=UTC))
+writer.land(events("b"), datetime(2026, 12, 2, 12, tzinfo=UTC))
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_writer_that_dies_burns_the_rest_of_its_block(lake, python, python_subprocess_env):
+    child = subprocess.run([python, "-c", _DYING_WRITER, str(lake)],
+                           env=python_subprocess_env, capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert [f.seq for f in landed_files(lake)] == [0, 1]
+    before = {f.path: f.path.read_bytes() for f in landed_files(lake)}
+    with LandingWriter(lake, "w1") as restarted:
+        assert restarted.next_seq == lake_module.SEQ_BLOCK, "the dead writer's block is burned"
+        [new] = restarted.land(_events("c"), FIXED_NOW)
+    assert new.seq == lake_module.SEQ_BLOCK
+    assert {p: p.read_bytes() for p in before} == before, "nothing landed is overwritten"
+
+
 def test_landing_nothing_writes_nothing(lake):
     with LandingWriter(lake, "w1") as writer:
         assert writer.land(_events(), FIXED_NOW) == []
@@ -255,6 +318,31 @@ def test_a_landed_file(lake):
     assert all(metadata.row_group(g).column(c).compression == "ZSTD"
                for g in range(metadata.num_row_groups) for c in range(metadata.num_columns))
     assert landed_files(lake)[0].path == landed.path
+
+
+def test_a_landed_file_sorts_stably_and_dictionary_encodes_only_low_cardinality_columns(lake):
+    in_order = _events("a", "b", "c", "d", hours=[9, 9, 12, 15])
+    shuffled = _events("c", "a", "d", "b", hours=[12, 9, 15, 9])
+    with LandingWriter(lake, "w1") as writer:
+        [sorted_file] = writer.land(in_order, FIXED_NOW)
+        [shuffled_file] = writer.land(shuffled, FIXED_NOW)
+    assert pq.read_table(sorted_file.path).column("match_id").to_pylist() == ["a", "b", "c", "d"]
+    assert pq.read_table(shuffled_file.path).column("match_id").to_pylist() == [
+        "a", "b", "c", "d"], "ties keep their input order"
+    metadata = pq.ParquetFile(sorted_file.path).metadata
+    dictionary = {metadata.schema.column(i).name for i in range(metadata.num_columns)
+                  if "RLE_DICTIONARY" in metadata.row_group(0).column(i).encodings}
+    assert dictionary == {"points", "region", "mode", "server_id", "ingested_at"}
+
+
+def test_landing_events_with_a_null_in_a_required_column_fails_and_writes_nothing(lake):
+    events = _events("a", "b")
+    events = events.set_column(0, pa.field("match_id", pa.string()), pa.array(["a", None]))
+    with LandingWriter(lake, "w1") as writer:
+        with pytest.raises(ValueError, match="non-nullable"):
+            writer.land(events, FIXED_NOW)
+        assert writer.next_seq == 0
+    assert landed_files(lake) == []
 
 
 @pytest.mark.parametrize(("stamp", "day", "utc"), [

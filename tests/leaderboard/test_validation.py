@@ -425,6 +425,52 @@ def test_in_batch_duplicates_keep_the_first_row(registry):
     assert result.rejected.num_rows == 0, "a retry is not an error"
 
 
+def test_duplicates_are_matched_on_both_ids_whatever_their_widths(registry):
+    """Equal-width ids are keyed side by side and other ids joined with a separator: neither
+    may confuse ("ab", "c") with ("a", "bc"), nor miss a retry."""
+    rows = [
+        text_row(match_id="ab", player_id="c"),
+        text_row(match_id="a", player_id="bc"),
+        text_row(match_id="ab", player_id="c", points="9"),      # a retry
+        text_row(match_id="ab", player_id="cd"),
+    ]
+    result = validate_events(text_table(rows), registry, now=FIXED_NOW)
+    assert result.duplicates == 1
+    assert [(r["match_id"], r["player_id"], r["points"]) for r in
+            result.accepted.to_pylist()] == [("ab", "c", 5), ("a", "bc", 5), ("ab", "cd", 5)]
+    fixed = [text_row(match_id=f"m{m}", player_id=f"p{p}", points=str(i))
+             for i, (m, p) in enumerate([(1, 1), (1, 2), (2, 1), (1, 1), (2, 1), (3, 3)])]
+    result = validate_events(text_table(fixed), registry, now=FIXED_NOW)
+    assert result.duplicates == 2
+    assert [(r["match_id"], r["player_id"], r["points"]) for r in
+            result.accepted.to_pylist()] == [("m1", "p1", 0), ("m1", "p2", 1), ("m2", "p1", 2),
+                                            ("m3", "p3", 5)]
+
+
+def test_sliced_and_chunked_columns_are_checked_row_by_row(registry):
+    """The id checks read raw column buffers: slices and several chunks must line up."""
+    rows = [GOOD_A, text_row(match_id="x", player_id="bad id"), text_row(match_id="mä ✓"),
+            text_row(match_id="m\x07", player_id="p2"), text_row(match_id="y", server_id=None),
+            text_row(match_id="z", player_id="p" * 65), GOOD_B]
+    table = text_table([text_row(match_id="dropped"), *rows])
+    chunked = pa.concat_tables([table.slice(1, 3), table.slice(4)])
+    result = validate_events(chunked, registry, now=FIXED_NOW)
+    assert result.accepted.column("match_id").to_pylist() == ["good-a", "mä ✓", "good-b"]
+    assert result.rejected.column("match_id").to_pylist() == ["x", "m\x07", "y", "z"]
+    assert result.rejected.column("reason").to_pylist() == [
+        "bad_player_id", "bad_match_id", "missing_field", "bad_player_id"]
+
+
+def test_each_registry_gets_its_own_answer(registry, eu_capped):
+    """Validation keeps what it derives from a registry (boards per region and mode, window
+    deadlines per day) between batches; a batch is still judged by the registry it is given."""
+    table = text_table([text_row(points="50", region="eu")])
+    for _ in range(2):
+        assert validate_events(table, registry, now=FIXED_NOW).accepted.num_rows == 1
+        assert validate_events(table, eu_capped, now=FIXED_NOW).reason_counts() == {
+            "points_out_of_bounds": 1}
+
+
 def test_a_rejected_row_does_not_claim_its_identity(registry):
     rows = [text_row(points="abc"), text_row(points="8")]
     result = validate_events(text_table(rows), registry, now=FIXED_NOW)

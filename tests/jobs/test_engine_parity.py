@@ -1,0 +1,257 @@
+"""Engine parity (DESIGN.md section 7.2): DuckDB and Spark publish identical standings.
+
+Each scenario lands one lake, copies it into two data dirs, runs `jobs.batch.run_batch` on
+each with one engine, and compares what was published, read back through the manifests:
+every standings row and every histogram row of every board-window, the index entries,
+the rollups and the manifest's inputs and checks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from collections import Counter
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from app.football import football_events
+from app.generate import GenerateSpec, generate_season
+from jobs.batch import BatchResult, run_batch
+from jobs.publish import window_runs
+from leaderboard.bans import write_tombstone
+from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.manifest import read_current
+from leaderboard.registry import Registry, load_registry, parse_registry
+from leaderboard.settings import Settings
+from speed_layer.ingest import Ingestor
+
+# The `spark` fixture's session is the active one, so the engine run_batch opens uses it.
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
+
+FOOTBALL_CSV = Path(__file__).parents[3] / "shared" / "data" / "international_results.csv"
+
+#: Every aggregation, both orders, both tie policies, two graces, windows per board.
+PARITY = {
+    "regions": ["na", "eu", "asia"],
+    "modes": ["ranked", "casual"],
+    "limits": {"grace": "1d"},
+    "board_defaults": {"min_points": 0, "max_points": 100},
+    "boards": [
+        {"scope": "global"},
+        {"scope": "region:*"},
+        {"scope": "global", "name": "best", "aggregation": "max", "ties": "earliest"},
+        {"scope": "mode:*", "name": "low:*", "aggregation": "min", "order": "asc"},
+        {"scope": "mode:*", "name": "latest:*", "aggregation": "last",
+         "windows": ["daily", "weekly", "all-time"], "grace": "2h"},
+        {"scope": "region:na", "name": "fewest-na", "order": "asc", "ties": "earliest",
+         "windows": ["daily", "monthly", "season", "all-time"]},
+    ],
+}
+START = date(2026, 11, 26)
+DAYS = 4
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _toml(raw: dict[str, Any]) -> str:
+    """The registry dict as TOML (scalars, tables, arrays of tables: all it uses)."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in raw.items()
+             if not isinstance(v, dict) and not (isinstance(v, list) and v
+                                                and isinstance(v[0], dict))]
+    for key, table in raw.items():
+        if isinstance(table, dict):
+            lines += [f"[{key}]", *(f"{k} = {_toml_value(v)}" for k, v in table.items())]
+    for key, items in raw.items():
+        if isinstance(items, list) and items and isinstance(items[0], dict):
+            for item in items:
+                lines += [f"[[{key}]]", *(f"{k} = {_toml_value(v)}" for k, v in item.items())]
+    text = "\n".join(lines) + "\n"
+    assert tomllib.loads(text) == raw
+    return text
+
+
+def _settings(data: Path, config: str) -> Settings:
+    return Settings.from_env({"LEADERBOARD_DATA": str(data), "LEADERBOARD_CONFIG": config})
+
+
+def _split_by_window(table: pa.Table) -> dict[str, pa.Table]:
+    """A published file (ordered by window_id) cut into its windows, rows in file order."""
+    starts, lengths = window_runs(table.column("window_id"))
+    return {table.column("window_id")[int(s)].as_py(): table.slice(int(s), int(n))
+            for s, n in zip(starts, lengths, strict=True)}
+
+
+class Published:
+    """The live version of a lake, as a reader sees it through the manifest."""
+
+    def __init__(self, lake: Path) -> None:
+        manifest = read_current(lake)
+        assert manifest is not None, f"no version published in {lake}"
+        self.manifest = manifest
+        self.index = manifest.standings(lake)
+        files: dict[str, tuple[dict[str, pa.Table], pa.Table]] = {}
+        self.standings: dict[tuple[str, str], pa.Table] = {}
+        self.histograms: dict[tuple[str, str], pa.Table] = {}
+        self.entries: dict[tuple[str, str], dict[str, Any]] = {}
+        for entry in self.index.to_pylist():
+            key = (entry["board"], entry["window_id"])
+            for column, target in (("path", self.standings), ("histogram", self.histograms)):
+                path = entry[column]
+                if path not in files:
+                    table = pq.read_table(lake / path)
+                    files[path] = (_split_by_window(table), table.schema.empty_table())
+                windows, empty = files[path]
+                target[key] = windows.get(entry["window_id"], empty)
+            assert self.standings[key].num_rows == entry["rows"]
+            assert self.histograms[key].num_rows == entry["histogram_rows"]
+            self.entries[key] = {k: v for k, v in entry.items()
+                                 if k not in ("path", "histogram")}
+        self.rollups = manifest.rollups(lake)
+        self.rollup_rows = {}
+        for day, entry in self.rollups.items():
+            rows = pq.read_table(lake / entry["path"],
+                                 filters=[("event_date", "=", date.fromisoformat(day))])
+            self.rollup_rows[day] = rows.sort_by([(c, "ascending") for c in (
+                "player_id", "region", "mode", "mask")])
+
+
+def assert_same_publication(duck: Path, spark: Path) -> Published:
+    """Every published row of the two lakes' live versions is identical."""
+    want, got = Published(duck), Published(spark)
+    assert (got.manifest.engine, want.manifest.engine) == ("spark", "duckdb")
+    assert got.manifest.as_of == want.manifest.as_of
+    assert got.manifest.inputs == want.manifest.inputs
+    assert got.manifest.checks == want.manifest.checks
+    assert got.manifest.boards == want.manifest.boards
+    assert got.entries.keys() == want.entries.keys()
+    for key, entry in want.entries.items():
+        assert got.entries[key] == entry, f"index entry {key}"
+        assert got.standings[key].schema == want.standings[key].schema
+        assert got.standings[key].equals(want.standings[key]), f"standings of {key} differ"
+        assert got.histograms[key].schema == want.histograms[key].schema
+        assert got.histograms[key].equals(want.histograms[key]), f"histogram of {key} differs"
+    assert {d: {k: v for k, v in e.items() if k != "path"} for d, e in got.rollups.items()} == {
+        d: {k: v for k, v in e.items() if k != "path"} for d, e in want.rollups.items()}
+    for day, rows in want.rollup_rows.items():
+        assert got.rollup_rows[day].equals(rows), f"rollup rows of {day} differ"
+    return want
+
+
+def _run_both(duck: Path, spark: Path, config: str, as_of: date
+              ) -> tuple[BatchResult, BatchResult, Published]:
+    want = run_batch(_settings(duck, config), as_of, engine="duckdb")
+    got = run_batch(_settings(spark, config), as_of, engine="spark")
+    assert (got.mode, got.events, got.windows_built, got.standings_rows) == (
+        want.mode, want.events, want.windows_built, want.standings_rows)
+    return want, got, assert_same_publication(duck / "lake", spark / "lake")
+
+
+def _twins(base: Path, root: Path) -> tuple[Path, Path]:
+    duck, spark = root / "duckdb", root / "spark"
+    shutil.copytree(base, duck)
+    shutil.copytree(base, spark)
+    return duck, spark
+
+
+# -- (a) a generated season with dirt, bans and an incremental day ----------------------------
+
+@pytest.fixture(scope="module")
+def season(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Registry]:
+    """A generated dirty season landed in a lake, with bans and an unban along the way."""
+    root = tmp_path_factory.mktemp("season")
+    config = root / "parity.toml"
+    config.write_text(_toml(PARITY))
+    registry = parse_registry(PARITY, source="test")
+    assert load_registry(str(config)).boards == registry.boards
+    data = root / "data"
+    lake = data / "lake"
+    lake.mkdir(parents=True)
+    report = generate_season(GenerateSpec(players=240, days=DAYS, events_per_day=2500,
+                                          start=START, seed=5, dirty=0.1, batch_minutes=240),
+                             registry, lake)
+    assert min(report.rejected, report.duplicates, report.late) > 0  # dirt of every kind
+    counts: Counter[str] = Counter()
+    for landed in landed_files(lake):
+        counts.update(pq.read_table(landed.path, columns=["player_id"])
+                      .column("player_id").to_pylist())
+    keen = [player for player, _ in counts.most_common(3)]
+
+    def at(day: int, hour: int) -> datetime:
+        return datetime.combine(START + timedelta(days=day), time(hour), UTC)
+
+    write_tombstone(lake, keen[0], "ban", at(1, 0), reason="cheating")
+    write_tombstone(lake, keen[1], "ban", at(2, 12), reason="from the second run on")
+    write_tombstone(lake, keen[2], "ban", at(0, 6), reason="banned in the first run only")
+    write_tombstone(lake, keen[2], "unban", at(2, 6), reason="appeal upheld")
+    return data, str(config), registry
+
+
+def test_generated_season_in_full_then_incrementally(season, tmp_path):
+    base, config, _ = season
+    duck, spark = _twins(base, tmp_path)
+    first_day = START + timedelta(days=1)
+    want, _, published = _run_both(duck, spark, config, first_day)
+    assert want.mode == "full"
+    assert published.manifest.inputs["banned"]  # bans are in force
+    assert sum(t.num_rows for t in published.standings.values()) > 1000
+    # The bans change between the runs: every window is rebuilt from merged rollups.
+    want, _, published = _run_both(duck, spark, config, first_day + timedelta(days=1))
+    assert want.mode == "incremental"
+    rebuilt_all = want.windows_built
+    # Same bans as the run before: only the windows of changed dates are rebuilt.
+    want, _, published = _run_both(duck, spark, config, first_day + timedelta(days=2))
+    assert want.mode == "incremental"
+    assert want.windows_built < rebuilt_all
+    # the board kinds the registry promises are all there, ties and asc orders included
+    boards = {board for board, _ in published.entries}
+    assert {"global", "best", "low:ranked", "latest:casual", "fewest-na", "region:asia"} <= boards
+
+
+# -- (b) the real football results, backfilled -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def football(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not FOOTBALL_CSV.exists():
+        pytest.skip(f"{FOOTBALL_CSV} is not there (the shared football results)")
+    data = tmp_path_factory.mktemp("football") / "data"
+    lake = data / "lake"
+    lake.mkdir(parents=True)
+    table, _ = football_events(FOOTBALL_CSV)
+    since = pa.scalar(datetime(2018, 1, 1, tzinfo=UTC), table.schema.field("event_time").type)
+    table = table.filter(pc.greater_equal(table.column("event_time"), since))
+    with LandingWriter(lake, "football") as writer:
+        report = Ingestor(load_registry("football"), writer).ingest(
+            table, now=datetime(2026, 12, 1, tzinfo=UTC), source=str(FOOTBALL_CSV),
+            backfill=True)
+    assert report.accepted > 10_000
+    return data
+
+
+def test_football_results_backfilled(football, tmp_path):
+    duck, spark = _twins(football, tmp_path)
+    want, _, published = _run_both(duck, spark, "football", date(2026, 7, 31))
+    assert want.mode == "full"
+    all_time = published.standings[("global", "all-time")]
+    assert all_time.num_rows > 200
+    # shared ties: equal scores share a rank (1, 1, 3), and some do
+    ranks = all_time.column("rank").to_pylist()
+    assert len(set(ranks)) < len(ranks)

@@ -1,0 +1,192 @@
+"""Invariant 1, the lambda identity: for any events, bans and watermark W, every query
+answered from batch(<W) merged with speed(>=W) equals the same query on batch(all)."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from lakes import EXOTIC, registry_from, write_registry
+from oracle import reference_standings
+from strategies import lambda_worlds
+
+from jobs.batch import run_batch
+from leaderboard.bans import write_tombstone
+from leaderboard.lake import LandingWriter
+from leaderboard.manifest import read_current
+from leaderboard.registry import load_registry
+from leaderboard.schema import TIMESTAMP
+from leaderboard.settings import Settings
+from serving.service import Leaderboards
+from speed_layer.ingest import Ingestor
+from speed_layer.service import SpeedLayer
+
+pytestmark = pytest.mark.redis
+
+REGISTRIES = {"default": load_registry(), "exotic": registry_from(EXOTIC)}
+
+
+def _ingest(speed: SpeedLayer, lake: Path, registry, events: list[dict]) -> None:
+    slots: dict[datetime, list[dict]] = {}
+    for event in events:
+        at = event["ingested_at"]
+        slot = at.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        slots.setdefault(slot, []).append(event)
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for slot in sorted(slots):
+            rows = slots[slot]
+            table = pa.table({
+                "match_id": [r["match_id"] for r in rows],
+                "player_id": [r["player_id"] for r in rows],
+                "points": pa.array([r["points"] for r in rows], pa.int64()),
+                "event_time": pa.array([r["event_time"] for r in rows], TIMESTAMP),
+                "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
+                "server_id": [r["server_id"] for r in rows]})
+            ingestor.ingest(table, now=slot, source="t")
+
+
+def check_world(world: dict, registry_name: str, client, tmp: Path) -> None:
+    registry = REGISTRIES[registry_name]
+    env = {"LEADERBOARD_DATA": str(tmp)}
+    if registry_name != "default":
+        write_registry(tmp / "registry.toml", EXOTIC)
+        env["LEADERBOARD_CONFIG"] = str(tmp / "registry.toml")
+    settings = Settings.from_env(env)
+    lake = settings.lake_dir
+    client.flushall()
+    speed = SpeedLayer(client, registry, lake)
+    _ingest(speed, lake, registry, world["events"])
+    watermark = datetime.combine(world["as_of"] + timedelta(days=1), datetime.min.time(), UTC)
+    for player, action, at in world["bans"]:
+        if at < watermark:
+            write_tombstone(lake, player, action, at)
+    run_batch(settings, world["as_of"])
+    speed.rebase(read_current(lake))
+    for player, action, at in world["bans"]:
+        if at >= watermark:
+            (speed.ban if action == "ban" else speed.unban)(player, at)
+    served = Leaderboards(lake, registry, client, now=lambda: datetime(2026, 12, 5, tzinfo=UTC))
+    reference = reference_standings(lake, registry, None, watermark=datetime.max.replace(
+        tzinfo=UTC))
+    for (board, window_id), rows in reference.items():
+        merged = served.merged(board, window_id)
+        listing = [(r.player_id, r.score, r.rank) for r in rows]
+        where = f"{registry_name} {board} {window_id}"
+        assert merged.total() == len(rows), where
+        top = merged.top(len(rows) + 3)
+        assert [(e.player_id, e.score, e.rank) for e in top] == listing, where
+        if len(rows) > 2:
+            page = merged.top(2, 1)
+            assert [(e.player_id, e.rank) for e in page] == [(r[0], r[2]) for r in listing[1:3]]
+        for i, row in enumerate(rows):
+            answer = served.player(board, row.player_id, window_id)
+            assert (answer["rank"], answer["score"]) == (row.rank, row.score), (where, row)
+            assert answer["percentile"] == pytest.approx(row.percentile)
+            me, above, below = merged.around(row.player_id, 2)
+            assert [(e.player_id, e.rank) for e in above] == [
+                (r.player_id, r.rank) for r in rows[max(0, i - 2):i]], where
+            assert [(e.player_id, e.rank) for e in below] == [
+                (r.player_id, r.rank) for r in rows[i + 1:i + 3]], where
+        ranked = {r.player_id for r in rows}
+        for player in world["players"]:
+            if player not in ranked:
+                assert served.player(board, player, window_id)["status"] == "unranked", where
+        friends = merged.friends(list(reversed(world["players"])))
+        assert [(e.player_id, e.rank) for e in friends] == [
+            (r.player_id, r.rank) for r in rows if r.player_id in set(world["players"])]
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data(), registry_name=st.sampled_from(sorted(REGISTRIES)))
+def test_lambda_identity(redis_client, data, registry_name):
+    world = data.draw(lambda_worlds(REGISTRIES[registry_name]))
+    # Known limit (docs/architecture.md): a player the base already excludes (banned before
+    # W) and unbanned after W gets the post-W events back at once, the history at the next
+    # batch. test_unban_across_the_watermark pins that behaviour.
+    assume(not _unbanned_across_the_watermark(world))
+    with tempfile.TemporaryDirectory() as tmp:
+        check_world(world, registry_name, redis_client, Path(tmp))
+
+
+def _unbanned_across_the_watermark(world: dict) -> bool:
+    watermark = datetime.combine(world["as_of"] + timedelta(days=1), datetime.min.time(), UTC)
+    state: dict[str, str] = {}
+    for player, action, at in world["bans"]:
+        if at < watermark:
+            state[player] = action
+    return any(action == "unban" and at >= watermark and state.get(player) == "ban"
+               for player, action, at in world["bans"])
+
+
+def test_unban_across_the_watermark(redis_client, tmp_path):
+    """Banned in the base, unbanned after W: back at once with the events since W, and with
+    the whole history from the next batch on."""
+    registry = REGISTRIES["default"]
+    settings_ = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
+    lake = settings_.lake_dir
+    speed = SpeedLayer(redis_client, registry, lake)
+    base = {"region": "na", "mode": "ranked", "server_id": "s1"}
+    early = datetime(2026, 11, 28, 10, tzinfo=UTC)
+    late = datetime(2026, 12, 1, 10, tzinfo=UTC)
+    events = [dict(base, match_id="a", player_id="x", points=5, event_time=early,
+                   ingested_at=early),
+              dict(base, match_id="b", player_id="y", points=1, event_time=early,
+                   ingested_at=early),
+              dict(base, match_id="c", player_id="x", points=3, event_time=late,
+                   ingested_at=late)]
+    _ingest(speed, lake, registry, events[:2])
+    write_tombstone(lake, "x", "ban", datetime(2026, 11, 29, tzinfo=UTC))
+    run_batch(settings_, date(2026, 11, 30))
+    speed.rebase(read_current(lake))
+    _ingest(speed, lake, registry, events[2:])
+    served = Leaderboards(lake, registry, redis_client, now=lambda: late)
+    assert served.player("global", "x")["status"] == "unranked"
+    speed.unban("x", datetime(2026, 12, 1, 11, tzinfo=UTC))
+    assert served.player("global", "x")["score"] == 3  # the events since W, at once
+    run_batch(settings_, date(2026, 12, 1))
+    speed.rebase(read_current(lake))
+    assert served.player("global", "x")["score"] == 8  # the whole history
+    assert served.player("global", "x")["rank"] == 1
+
+
+def test_lambda_identity_on_the_football_results(redis_client, tmp_path):
+    """Batch up to 2024-06-30, speed for every match after, against batch(all)."""
+    import pyarrow.compute as pc
+
+    from app.football import football_events
+
+    registry = load_registry("football")
+    table, _ = football_events(Path(__file__).parents[3] / "shared/data/international_results.csv")
+    since = pa.scalar(datetime(2024, 1, 1, tzinfo=UTC), table.schema.field("event_time").type)
+    table = table.filter(pc.greater_equal(table.column("event_time"), since))
+    settings_ = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path),
+                                   "LEADERBOARD_CONFIG": "football"})
+    lake = settings_.lake_dir
+    speed = SpeedLayer(redis_client, registry, lake)
+    with LandingWriter(lake, "f") as writer:
+        Ingestor(registry, writer, speed).ingest(table, now=datetime(2026, 12, 1, tzinfo=UTC),
+                                                 source="football", backfill=True)
+    as_of = date(2025, 6, 30)
+    run_batch(settings_, as_of)
+    speed.rebase(read_current(lake))
+    assert speed.repair() == 0
+    served = Leaderboards(lake, registry, redis_client,
+                          now=lambda: datetime(2026, 7, 31, tzinfo=UTC))
+    reference = reference_standings(lake, registry, None,
+                                    watermark=datetime.max.replace(tzinfo=UTC))
+    for board, window_id in [("global", "all-time"), ("mode:friendly", "season:2025-S4"),
+                             ("global", "monthly:2025-06"), ("mode:finals", "all-time")]:
+        rows = reference[(board, window_id)]
+        merged = served.merged(board, window_id)
+        assert [(e.player_id, e.score, e.rank) for e in merged.top(len(rows))] == [
+            (r.player_id, r.score, r.rank) for r in rows]
+        for row in rows[:: max(1, len(rows) // 25)]:
+            answer = served.player(board, row.player_id, window_id)
+            assert (answer["rank"], answer["score"]) == (row.rank, row.score)
