@@ -27,9 +27,14 @@ from leaderboard.timeutil import format_instant
 from serving.base import BaseBoard, load_base
 from serving.merge import MergedBoard
 
-__all__ = ["Leaderboards", "QueryError", "UNRANKED"]
+__all__ = ["MAX_AROUND_K", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED", "Leaderboards", "QueryError"]
 
 UNRANKED = "unranked"
+
+#: Bounds every front end (HTTP, CLI) applies, so no query walks an unbounded listing.
+MAX_TOP_N = 1000
+MAX_AROUND_K = 50
+MAX_FRIENDS = 500
 
 
 class QueryError(ValueError):
@@ -88,10 +93,12 @@ class Leaderboards:
         board, found = self.resolve(board_name, window)
         loaded = self.version()
         key = (loaded.version.tag, board.name, found.id)
-        if key not in self._bases:
-            self._bases[key] = load_base(loaded.view, board.name, found.id)
+        # Read once: another thread (the HTTP app's pool) may replace `_bases` meanwhile.
+        base = self._bases.get(key)
+        if base is None:
+            base = self._bases[key] = load_base(loaded.view, board.name, found.id)
         bits = self.registry.calendar.time_bits(found.kind) if board.ties == "earliest" else 0
-        return MergedBoard(board, found, bits, self._bases[key], self.client,
+        return MergedBoard(board, found, bits, base, self.client,
                            BoardWindowKeys(board.name, found.id, loaded.version.tag))
 
     # -- queries ----------------------------------------------------------------------------
