@@ -31,7 +31,12 @@ from jobs.publish import PublishError, StandingsWriter, seal
 from jobs.spec import ROLLUP_SCHEMA, board_window_spec, calendar_table, lateness_bits
 from leaderboard.bans import banned_players
 from leaderboard.calendar import ALL_TIME
-from leaderboard.lake import ROW_GROUP_SIZE, landed_files
+from leaderboard.lake import (
+    ROW_GROUP_SIZE,
+    absorbed_with_compactions,
+    landed_files,
+    stamp_range,
+)
 from leaderboard.manifest import (
     ROLLUP_INDEX_SCHEMA,
     STANDINGS_INDEX_SCHEMA,
@@ -234,10 +239,13 @@ def run_batch(
     full: bool = False,
     step: Step | None = None,
     crash_at: str | None = None,
+    publish: bool = True,
 ) -> BatchResult:
     """Compute, check and publish version as_of. Safe to rerun: same inputs, same standings.
 
     `crash_at` (tests only) names a step at which to stop the process the hard way.
+    `publish=False` writes and seals the version but leaves `current.json` alone (the DAG
+    validates it, then publishes it in a task of its own).
     """
     started = datetime.now(UTC)
     say = step or (lambda _message: None)
@@ -251,7 +259,8 @@ def run_batch(
     previous = None if full else _previous(lake, as_of, registry)
     mode = "full"
     if previous is not None:
-        absorbed = set(previous.inputs.get("files", {}))
+        # A compacted file counts as absorbed when every file it replaced was.
+        absorbed = absorbed_with_compactions(lake, previous.inputs.get("files", {}))
         late_landed = [f for f in files if f.ingest_date <= previous.as_of_date
                        and str(f.path.relative_to(lake)) not in absorbed]
         mode = "incremental" if not late_landed else "full"
@@ -278,9 +287,12 @@ def run_batch(
             rollups = _write_rollups(lake, delta, run)
             changed = _rollup_dates(delta)
         else:
-            new_files = [str(f.path) for f in files if f.ingest_date > base.as_of_date]
-            absorbed_files = [str(lake / p) for p in base.inputs.get("files", {})
-                              if (lake / p).exists()]
+            # New partitions, plus absorbed (backfill) files that also hold rows stamped at
+            # or after the old watermark: the engine takes only rows in [since, watermark).
+            new_files = [str(f.path) for f in files if f.ingest_date > base.as_of_date
+                         or stamp_range(f.path)[1] >= base.watermark_at]
+            absorbed_files = [str(lake / p) for p in sorted(absorbed_with_compactions(
+                lake, base.inputs.get("files", {}))) if (lake / p).exists()]
             delta, counted = eng.rollup_events(
                 new_files, watermark=watermark, since=base.watermark_at,
                 absorbed=absorbed_files, calendar=calendar, bits=bits)
@@ -392,8 +404,9 @@ def run_batch(
         seal([lake / p for p in {e["path"] for e in rollups.values()}] + writer.paths)
         write_version(lake, manifest, rollups=_rollup_table(rollups), standings=standings)
         _maybe_crash(crash_at, "manifest")
-        swap_current(lake, manifest.version)
-        say(f"published version {manifest.version}")
+        if publish:
+            swap_current(lake, manifest.version)
+            say(f"published version {manifest.version}")
     finally:
         eng.close()
     seconds = (datetime.now(UTC) - started).total_seconds()
@@ -402,18 +415,9 @@ def run_batch(
 
 def _earliest_event_date(files: list[Any]) -> date:
     """The earliest event date in the landed files, from Parquet statistics (no data read)."""
-    earliest: datetime | None = None
-    for landed in files:
-        meta = pq.ParquetFile(landed.path).metadata
-        column = meta.schema.to_arrow_schema().get_field_index("event_time")
-        for group in range(meta.num_row_groups):
-            stats = meta.row_group(group).column(column).statistics
-            if stats is not None and stats.has_min_max:
-                value = stats.min
-                if isinstance(value, datetime):
-                    value = value if value.tzinfo else value.replace(tzinfo=UTC)
-                    earliest = value if earliest is None else min(earliest, value)
-    return (earliest or datetime.now(UTC)).date()
+    earliest = min((stamp_range(f.path, "event_time")[0] for f in files),
+                   default=datetime.now(UTC))
+    return max(earliest, datetime(1970, 1, 1, tzinfo=UTC)).date()
 
 
 def _maybe_crash(crash_at: str | None, here: str) -> None:

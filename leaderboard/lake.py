@@ -9,9 +9,11 @@ write and the rename burns that seq instead of reusing it. Seqs are reserved dur
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -26,17 +28,24 @@ from leaderboard.timeutil import to_utc
 
 __all__ = [
     "BACKFILL_FILE_ROWS",
+    "COMPACTION_RECORD_SUFFIX",
+    "COMPACTION_WRITER",
     "ROW_GROUP_SIZE",
     "LandedFile",
     "LandingWriter",
     "WriterBusy",
+    "absorbed_with_compactions",
     "atomic_write_bytes",
     "atomic_write_parquet",
+    "compacted_originals",
+    "compaction_record_path",
+    "compaction_records",
     "events_dir",
     "fsync_dir",
     "landed_files",
     "parse_landed_name",
     "quarantine_dir",
+    "stamp_range",
 ]
 
 ROW_GROUP_SIZE = 128 * 1024
@@ -162,6 +171,26 @@ def landed_files(lake: Path, *, kind: str = "events") -> list[LandedFile]:
     return sorted(found)
 
 
+def stamp_range(path: Path, column: str = "ingested_at") -> tuple[datetime, datetime]:
+    """(min, max) of a timestamp column from the file's Parquet statistics, without reading
+    its rows. A row group without statistics widens the range to (datetime.min, datetime.max):
+    unknown means "may hold anything"."""
+    meta = pq.ParquetFile(path).metadata
+    index = meta.schema.to_arrow_schema().get_field_index(column)
+    low = high = None
+    lowest, highest = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return lowest, highest
+        first, last = to_utc(stats.min), to_utc(stats.max)
+        low = first if low is None else min(low, first)
+        high = last if high is None else max(high, last)
+    if low is None or high is None:  # no rows at all
+        return highest, lowest
+    return low, high
+
+
 class LandingWriter:
     """Lands validated micro-batches for one writer id; never reuses a seq, even after a crash.
 
@@ -285,3 +314,58 @@ class LandingWriter:
             written.append(LandedFile(self.writer, seq, day, target, part.num_rows))
         return written
 
+
+# -- compaction records --------------------------------------------------------------------
+#
+# Compaction (jobs/compact.py) rewrites many small landed files of one closed partition as
+# one file `part-compact-<seq>.parquet` holding the same rows. A record beside it
+# (`part-compact-<seq>.compaction.json`) lists the files it replaced, so the batch still sees
+# the compacted file as absorbed when every file it replaced was (no spurious full recompute).
+
+#: The writer id of compacted files (never a landing writer's: it owns no seq file).
+COMPACTION_WRITER = "compact"
+COMPACTION_RECORD_SUFFIX = ".compaction.json"
+
+
+def compaction_record_path(target: Path) -> Path:
+    """Where the record of a compacted file lives: beside it, named after it."""
+    return target.with_name(target.name.removesuffix(".parquet") + COMPACTION_RECORD_SUFFIX)
+
+
+def compaction_records(lake: Path) -> dict[str, list[str]]:
+    """Every compacted file (lake-relative path) -> the files it replaced (lake-relative).
+
+    An unreadable record is left out: its file then looks like a new landing, which costs a
+    full recompute at worst, never a wrong standing.
+    """
+    found: dict[str, list[str]] = {}
+    for path in sorted(events_dir(lake).glob(f"ingest_date=*/*{COMPACTION_RECORD_SUFFIX}")):
+        try:
+            record = json.loads(path.read_text())
+            found[str(record["target"])] = [str(o["path"]) for o in record["originals"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def compacted_originals(lake: Path, relpath: str) -> list[str]:
+    """The files a compacted file replaced (lake-relative), or [] for a file never compacted."""
+    return compaction_records(lake).get(relpath, [])
+
+
+def absorbed_with_compactions(lake: Path, absorbed: Iterable[str]) -> set[str]:
+    """`absorbed` (lake-relative paths a version read) plus every compacted file whose
+    originals were all absorbed, through any number of compactions of compactions."""
+    result = set(absorbed)
+    pending = compaction_records(lake)
+    grew = True
+    while grew:
+        grew = False
+        for target, originals in list(pending.items()):
+            if target in result:
+                del pending[target]
+            elif all(original in result for original in originals):
+                result.add(target)
+                del pending[target]
+                grew = True
+    return result

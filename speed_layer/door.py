@@ -2,8 +2,8 @@
 
 An id (match_id, player_id) is hashed to a bucket and an 8-byte fingerprint. Each bucket
 keeps, per generation of length `horizon`, its fingerprints back to back in one string: 8
-bytes an id, with no size past which the encoding gets fatter (a small hash of fingerprints
-costs ~12 bytes an id as a listpack but ~70 once it passes hash-max-listpack-entries). The
+bytes an id, with no size past which the encoding gets fatter (a hash of fingerprints costs
+~13-14 bytes an id as a listpack, ~60 once it passes hash-max-listpack-entries). The
 current and the previous generation are checked, so an id is remembered for at least one
 horizon and at most two. A false positive needs two ids with the same 72-bit bucket and
 fingerprint: about 1 in 10^16 per lookup at a billion remembered ids. A lookup scans its

@@ -10,14 +10,15 @@ each board-window skips what it already has, so each file counts exactly once ev
 Speed: a board-window's updates travel as two text arguments (one line per field, built with
 Arrow kernels), not as one argument per field, so neither side spends per-field work in
 Python; the script parses them with `string.gmatch`. `sum` boards with shared ties (the
-default registry) take a fast path of one ZINCRBY per update (plus a ZADD NX into `T` for a
-player the base version has); the banned-set check is skipped while that set is empty.
+default registry) take a fast path of one ZINCRBY per update (`ZADD XX INCR` for a player the
+base version has; on its first touch, when that finds nothing, the base key goes into `T` and
+`M`); the banned-set check is skipped while that set is empty.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -31,8 +32,8 @@ import redis
 from redis.exceptions import NoScriptError
 
 from leaderboard.batch_view import BatchView
-from leaderboard.calendar import Window
-from leaderboard.lake import LandedFile, landed_files
+from leaderboard.calendar import Calendar, Window
+from leaderboard.lake import LandedFile, landed_files, stamp_range
 from leaderboard.manifest import read_version
 from leaderboard.registry import Board, Registry
 from leaderboard.speed_keys import (
@@ -71,14 +72,11 @@ local function banned(p) return guard and redis.call('SISMEMBER', B, p) == 1 end
 local F = '([^\\n]*)\\n'
 if agg == 'sum' and not earliest then
   -- The sort key is sign * score: a (signed) delta is one ZINCRBY. A based player not yet
-  -- in T is not in M either (T is written on first touch), so it starts from its base key.
+  -- in M (XX: no update) is touched for the first time: it starts from its base key.
   for p, base, delta in string.gmatch(ARGV[8], F .. F .. F) do
-    if not banned(p) then
-      if redis.call('ZADD', T, 'NX', base, p) == 1 then
-        redis.call('ZADD', M, tonumber(base) + tonumber(delta), p)
-      else
-        redis.call('ZINCRBY', M, delta, p)
-      end
+    if not banned(p) and not redis.call('ZADD', M, 'XX', 'INCR', delta, p) then
+      redis.call('ZADD', T, base, p)
+      redis.call('ZADD', M, tonumber(base) + tonumber(delta), p)
     end
   end
   for p, delta in string.gmatch(ARGV[9], F .. F) do
@@ -105,6 +103,8 @@ else
       cur = tonumber(base)
       redis.call('ZADD', T, cur, p)
       curmark = mark
+      -- Keep the base's mark: a later file that finds the player in M reads it from L.
+      if agg == 'last' and mark and mark ~= '' then redis.call('HSET', L, p, mark) end
     end
     local new
     if agg == 'sum' then
@@ -286,6 +286,7 @@ def plan_updates(table: pa.Table, registry: Registry,
     players = table.column("player_id")
     matches = table.column("match_id")
     updates: list[Update] = []
+    kinds: dict[str, _KindWindows] = {}
     for board in registry.boards:
         if board.scope == "global":
             applies = np.ones(table.num_rows, dtype=bool)
@@ -297,44 +298,69 @@ def plan_updates(table: pa.Table, registry: Registry,
             continue
         grace_us = board.grace // timedelta(microseconds=1)
         for kind in board.windows:
-            windows = [calendar.window_on(kind, d) for d in dates]
-            ids = np.array([w.id if w else "" for w in windows], dtype=object)
-            starts = np.array([_us(w.start) if w else 0 for w in windows], dtype=np.int64)
-            deadlines = np.array([_deadline(w, grace_us) for w in windows], dtype=np.int64)
-            counts = applies & (landed_us <= deadlines[day_index]) & (ids[day_index] != "")
+            if kind not in kinds:
+                kinds[kind] = _KindWindows(calendar, kind, dates, day_index, event_us)
+            found = kinds[kind]
+            deadlines = np.array([_deadline(w, grace_us) for w in found.windows],
+                                 dtype=np.int64)
+            counts = applies & found.in_window & (landed_us <= deadlines[day_index])
             if not counts.any():
                 continue
-            rows = np.flatnonzero(counts)
-            # Several event dates share a window: one update per window, not per date.
-            window_ids, first_day, window_of_day = np.unique(ids, return_index=True,
-                                                             return_inverse=True)
-            window_of = window_of_day[day_index[rows]]
             bits = calendar.time_bits(kind) if board.ties == "earliest" else 0
-            if len(window_ids) > 1:
-                order = np.argsort(window_of, kind="stable")
-                rows, window_of = rows[order], window_of[order]
-            bounds = np.flatnonzero(np.diff(window_of)) + 1
-            for chunk in np.split(rows, bounds):
-                w_index = int(window_of_day[day_index[chunk[0]]])
-                window = windows[int(first_day[w_index])]
-                assert window is not None
-                assert window.id == window_ids[w_index]
-                t = (event_us[chunk] - starts[day_index[chunk]]) // 1_000_000
+            for window, chunk in found.split(np.flatnonzero(counts)):
                 if board.aggregation == "sum":
                     update = _sum(board, window, bits, chunk, player_code, player_names,
-                                  points, t)
+                                  points, found.t if board.ties == "earliest" else None)
                 else:
                     update = _ranked(board, window, bits, pa.table({
                         "player": players.take(pa.array(chunk)),
-                        "points": pa.array(points[chunk]), "t": pa.array(t),
+                        "points": pa.array(points[chunk]), "t": pa.array(found.t[chunk]),
                         "us": pa.array(event_us[chunk]), "match": matches.take(pa.array(chunk)),
                     }))
                 updates.append(update)
     return updates
 
 
+class _KindWindows:
+    """The windows of one kind on the batch's event dates, shared by every board with it."""
+
+    def __init__(self, calendar: Calendar, kind: str, dates: list[date],
+                 day_index: np.ndarray, event_us: np.ndarray) -> None:
+        self.windows = [calendar.window_on(kind, d) for d in dates]
+        ids = np.array([w.id if w else "" for w in self.windows], dtype=object)
+        self.in_window = (ids != "")[day_index]
+        # Several event dates share a window: one update per window, not per date.
+        self._ids, self._first_day, window_of_day = np.unique(ids, return_index=True,
+                                                              return_inverse=True)
+        self._window_of = window_of_day[day_index]
+        self._day_index, self._event_us = day_index, event_us
+        self._t: np.ndarray | None = None
+
+    @property
+    def t(self) -> np.ndarray:
+        """Per row: seconds since its window's start (the `earliest` tie-break)."""
+        if self._t is None:
+            starts = np.array([_us(w.start) if w else 0 for w in self.windows],
+                              dtype=np.int64)
+            self._t = (self._event_us - starts[self._day_index]) // 1_000_000
+        return self._t
+
+    def split(self, rows: np.ndarray) -> Iterator[tuple[Window, np.ndarray]]:
+        """(window, its rows) for the given rows, in window order."""
+        window_of = self._window_of[rows]
+        if len(self._ids) > 1:
+            order = np.argsort(window_of, kind="stable")
+            rows, window_of = rows[order], window_of[order]
+        for chunk in np.split(rows, np.flatnonzero(np.diff(window_of)) + 1):
+            w_index = int(self._window_of[chunk[0]])
+            window = self.windows[int(self._first_day[w_index])]
+            assert window is not None
+            assert window.id == self._ids[w_index]
+            yield window, chunk
+
+
 def _sum(board: Board, window: Window, bits: int, rows: np.ndarray, player_code: np.ndarray,
-         player_names: pa.Array, points: np.ndarray, t: np.ndarray) -> Update:
+         player_names: pa.Array, points: np.ndarray, t_of: np.ndarray | None) -> Update:
     codes = player_code[rows]
     size = len(player_names)
     seen = np.bincount(codes, minlength=size) > 0
@@ -345,8 +371,9 @@ def _sum(board: Board, window: Window, bits: int, rows: np.ndarray, player_code:
         # The sort key is sign * score: send the key's delta, which ZINCRBY takes as is.
         return Update(board, window, bits, player_names.take(pa.array(present)),
                       [_text(sums if board.order == "desc" else -sums)])
+    assert t_of is not None
     latest = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(latest, codes, t)
+    np.maximum.at(latest, codes, t_of[rows])
     return Update(board, window, bits, player_names.take(pa.array(present)),
                   [_text(sums), _text(latest[present])])
 
@@ -466,7 +493,7 @@ class Folder:
         self.lake = Path(lake)
         self._sha = _sha(FOLD_SCRIPT)
         self._bases: dict[str, BaseKeys] = {}
-        self._newest: dict[Path, datetime | None] = {}
+        self._newest: dict[Path, datetime] = {}
 
     def base(self, version: SpeedVersion) -> BaseKeys:
         tag = version.tag
@@ -535,19 +562,8 @@ class Folder:
         if watermark is None or landed.ingest_date >= watermark.date():
             return True
         if landed.path not in self._newest:
-            meta = pq.ParquetFile(landed.path).metadata
-            column = meta.schema.to_arrow_schema().get_field_index("ingested_at")
-            newest = None
-            for group in range(meta.num_row_groups):
-                stats = meta.row_group(group).column(column).statistics
-                if stats is None or not stats.has_min_max:
-                    newest = datetime.max.replace(tzinfo=UTC)
-                    break
-                value = stats.max if stats.max.tzinfo else stats.max.replace(tzinfo=UTC)
-                newest = value if newest is None else max(newest, value)
-            self._newest[landed.path] = newest
-        newest = self._newest[landed.path]
-        return newest is not None and newest >= watermark
+            self._newest[landed.path] = stamp_range(landed.path)[1]
+        return self._newest[landed.path] >= watermark
 
     def pending(self, version: SpeedVersion) -> list[LandedFile]:
         """Landed files past this version's progress mark (per writer) and its watermark."""

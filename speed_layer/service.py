@@ -219,7 +219,9 @@ class SpeedLayer:
         write_tombstone(self.lake, player, "unban", at)
         self.client.srem(BANNED, player)
         version = self.current()
-        windows = self._windows(version)
+        # Every board-window the ban touched: the live ones and the player's base ones (a
+        # closed window the speed layer never folded into still hides the player).
+        windows = sorted(set(self._windows(version)) | set(self._base_keys_of(version, player)))
         for board, window_id in windows:
             keys = BoardWindowKeys(board, window_id, version.tag)
             pipe = self.client.pipeline(transaction=True)

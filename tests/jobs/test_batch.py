@@ -176,6 +176,33 @@ def test_absorbs_exactly_what_was_ingested_before_the_watermark(tmp_path):
     assert published(tmp_path)[("global", "all-time")][0][5] == 1  # matches: only "in"
 
 
+def test_a_backfill_file_spanning_the_watermark_is_absorbed_night_by_night(tmp_path):
+    """A backfill file lands in the partition of its earliest stamp but holds later stamps:
+    each incremental night absorbs exactly its rows in [W(previous), W)."""
+    from leaderboard.lake import LandingWriter
+    from leaderboard.schema import TIMESTAMP
+    from speed_layer.ingest import Ingestor
+
+    registry = load_registry()
+    events = random_stream(3, start=day("2026-11-20"), days=5, late_share=0.0)
+    table = pa.table({
+        "match_id": [e["match_id"] for e in events],
+        "player_id": [e["player_id"] for e in events],
+        "points": pa.array([e["points"] for e in events], pa.int64()),
+        "event_time": pa.array([e["event_time"] for e in events], TIMESTAMP),
+        "region": [e["region"] for e in events], "mode": [e["mode"] for e in events],
+        "server_id": [e["server_id"] for e in events]})
+    with LandingWriter(tmp_path / "lake", "b") as writer:
+        report = Ingestor(registry, writer).ingest(table, now=day("2026-11-30"), source="t",
+                                                   backfill=True)
+    assert report.accepted > 0
+    for as_of in (date(2026, 11, 22), date(2026, 11, 23), date(2026, 11, 25)):
+        run_batch(settings_for(tmp_path), as_of)
+        assert read_current(tmp_path / "lake").inputs["mode"] == (
+            "full" if as_of == date(2026, 11, 22) else "incremental")
+        assert_matches_reference(tmp_path, registry, as_of)
+
+
 def test_windows_open_on_as_of_exist_even_without_data(tmp_path):
     registry = load_registry()
     land(tmp_path / "lake", registry, random_stream(3, start=START, days=1))

@@ -115,6 +115,40 @@ def test_lambda_identity(redis_client, data, registry_name):
         check_world(world, registry_name, redis_client, Path(tmp))
 
 
+def _event(match: str, player: str, points: int, at: datetime, landed: datetime,
+           mode: str = "ranked") -> dict:
+    return {"match_id": match, "player_id": player, "points": points, "event_time": at,
+            "region": "na", "mode": mode, "server_id": "s1", "ingested_at": landed}
+
+
+_T = datetime(2026, 11, 25, 12, tzinfo=UTC)
+
+#: Worlds hypothesis once found failing, kept as plain regressions.
+FOUND = {
+    # `last` board: the base's event is the latest; two later files of older events must
+    # both leave it (the first touch must keep the base's mark for the second).
+    "last-keeps-base-mark": ("exotic", {
+        "events": [_event("z1", "p", -50, _T + timedelta(days=6), _T + timedelta(days=6)),
+                   _event("n", "p", 10, _T + timedelta(days=5), _T + timedelta(days=7)),
+                   _event("h", "p", 10, _T + timedelta(days=6, minutes=-5),
+                          _T + timedelta(days=15))],
+        "bans": [], "as_of": date(2026, 12, 1), "players": ["p", "q"]}),
+    # Banned and unbanned after W: the closed windows only the base has must come back.
+    "unban-restores-base-only-windows": ("exotic", {
+        "events": [_event("a", "p", 10, _T, _T + timedelta(hours=2)),
+                   _event("b", "q", 3, _T + timedelta(days=4), _T + timedelta(days=4))],
+        "bans": [("p", "ban", datetime(2026, 12, 3, tzinfo=UTC)),
+                 ("p", "unban", datetime(2026, 12, 5, tzinfo=UTC))],
+        "as_of": date(2026, 11, 27), "players": ["p", "q"]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_lambda_identity_on_found_worlds(redis_client, tmp_path, name):
+    registry_name, world = FOUND[name]
+    check_world(world, registry_name, redis_client, tmp_path)
+
+
 def _unbanned_across_the_watermark(world: dict) -> bool:
     watermark = datetime.combine(world["as_of"] + timedelta(days=1), datetime.min.time(), UTC)
     state: dict[str, str] = {}
