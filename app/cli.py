@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from leaderboard.calendar import WindowError
-from leaderboard.registry import RegistryError
 from leaderboard.lake import WriterBusy
+from leaderboard.registry import RegistryError
 from leaderboard.settings import Settings, SettingsError
 
 __all__ = ["main"]
@@ -51,9 +51,9 @@ def _speed_layer(settings: Settings, *, start: bool = True) -> Any:
     from leaderboard.speed_keys import connect
     from speed_layer.service import SpeedLayer
 
-    if settings.redis_url is None and not start:
-        if not (settings.data_dir / "redis" / "server.json").exists():
-            return None
+    if (settings.redis_url is None and not start
+            and not (settings.data_dir / "redis" / "server.json").exists()):
+        return None
     try:
         client = connect(settings)
         client.ping()
@@ -79,8 +79,9 @@ def _print_reasons(title: str, reasons: dict[str, int]) -> None:
 # -- generate ---------------------------------------------------------------------------------
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from app.generate import GenerateSpec, generate_season
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from app.generate import GenerateSpec, generate_season
 
     settings = _settings(args)
     start = date.fromisoformat(args.start) if args.start else (
@@ -121,7 +122,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from app.sources import SourceError, read_source
-    from speed_layer.ingest import IngestReport, Ingestor, open_writer
+    from speed_layer.ingest import Ingestor, IngestReport, open_writer
 
     settings = _settings(args)
     total = IngestReport()
@@ -164,9 +165,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         out.print(f"total: {total.accepted:,} accepted in {len(total.files)} landed file(s), "
                   f"{total.rejected:,} quarantined" + (" (backfill)" if args.backfill else ""))
         _print_reasons("top rejection reasons", dict(total.reasons))
-        if total.reasons.get("unknown_mode") or total.reasons.get("unknown_region"):
-            err.print("hint: rows name regions/modes the registry does not have; for the "
-                      "football results use --config football")
+    if total.fold_error:
+        err.print(f"[yellow]warning:[/yellow] rows were landed but the fold into the speed "
+                  f"layer failed ({total.fold_error}); run `leaderboard speed repair` when "
+                  "Redis is back")
+    if not args.json and (total.reasons.get("unknown_mode")
+                          or total.reasons.get("unknown_region")):
+        err.print("hint: rows name regions/modes the registry does not have; for the "
+                  "football results use --config football")
     return 1 if failures else 0
 
 
@@ -282,6 +288,160 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- reads (the serving layer) -----------------------------------------------------------------
+
+def _leaderboards(settings: Settings) -> Any:
+    """The serving layer on REDIS_URL or the local server: the code the HTTP API reads with."""
+    import redis
+
+    from leaderboard.speed_keys import connect
+    from serving.service import Leaderboards
+
+    try:
+        client = connect(settings)
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, RuntimeError) as exc:
+        raise _ReadFailed(f"the speed layer (Redis) is unreachable ({exc}); set REDIS_URL or "
+                          "leave it unset for the local server under the data dir") from None
+    return Leaderboards(settings.lake_dir, settings.registry, client, now=settings.now)
+
+
+class _ReadFailed(Exception):
+    """A read that could not be answered (Redis down): exit code 1."""
+
+
+def _bounded(value: int, name: str, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise UsageError(f"{name} {value} is out of range; use {low}..{high}")
+    return value
+
+
+def _query(args: argparse.Namespace, ask: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """Run one read; an unknown board or window is bad usage (exit 2)."""
+    from serving.service import QueryError
+
+    settings = _settings(args)
+    try:
+        settings.registry.board(args.board)
+        return ask(_leaderboards(settings))
+    except QueryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_command(handler: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except _ReadFailed as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            return 1
+    return run
+
+
+def _entries_table(title: str, entries: list[dict[str, Any]], mark: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("rank", justify="right")
+    table.add_column("player")
+    table.add_column("score", justify="right")
+    for entry in entries:
+        style = "bold" if entry["player_id"] == mark else None
+        table.add_row(str(entry["rank"]), entry["player_id"], f"{entry['score']:,}", style=style)
+    return table
+
+
+@_read_command
+def _cmd_top(args: argparse.Namespace) -> int:
+    from serving.service import MAX_TOP_N
+
+    n = _bounded(args.n, "-n", 1, MAX_TOP_N)
+    answer = _query(args, lambda boards: boards.top(args.board, n, args.window))
+    if args.json:
+        print(json.dumps(answer))
+        return 0
+    out.print(_entries_table(f"{answer['board']} {answer['window']}: top {n} of "
+                             f"{answer['total']:,}", answer["entries"]))
+    return 0
+
+
+@_read_command
+def _cmd_rank(args: argparse.Namespace) -> int:
+    answer = _query(args, lambda boards: boards.player(args.board, args.player, args.window))
+    if args.json:
+        print(json.dumps(answer))
+        return 0
+    where = f"{answer['board']} {answer['window']}"
+    if answer["status"] != "ranked":
+        out.print(f"{args.player} is unranked on {where} ({answer['total']:,} players)")
+        return 0
+    line = (f"{args.player} on {where}: rank {answer['rank']:,} of {answer['total']:,}, "
+            f"score {answer['score']:,}, percentile {answer['percentile']:.2f}")
+    yesterday = answer["as_of_yesterday"]
+    if yesterday is not None:
+        change = answer["change"]
+        moved = "no change" if change == 0 else (f"up {change}" if change > 0
+                                                 else f"down {-change}")
+        line += (f"; as of {yesterday['as_of']}: rank {yesterday['rank']:,}, score "
+                 f"{yesterday['score']:,} ({moved})")
+    out.print(line)
+    return 0
+
+
+@_read_command
+def _cmd_around(args: argparse.Namespace) -> int:
+    from serving.service import MAX_AROUND_K
+
+    k = _bounded(args.k, "-k", 1, MAX_AROUND_K)
+    answer = _query(args, lambda boards: boards.around(args.board, args.player, k, args.window))
+    if args.json:
+        print(json.dumps(answer))
+        return 0
+    where = f"{answer['board']} {answer['window']}"
+    if answer["player"] is None:
+        out.print(f"{args.player} is unranked on {where}")
+        return 0
+    out.print(_entries_table(f"{where}: around {args.player}",
+                             [*answer["above"], answer["player"], *answer["below"]],
+                             mark=args.player))
+    return 0
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    settings = _settings(args)
+    try:
+        import uvicorn
+
+        from app.http import HttpConfig
+    except ImportError as exc:
+        raise UsageError(f"`serve` needs the serve extra ({exc.name} is missing): "
+                         "pip install -e '.[serve]'") from None
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: use 1 or more")
+    config = HttpConfig.from_env()  # a bad keys file or TTL is exit 2 before binding
+    # Each worker builds its app from the environment: hand it the settings resolved here.
+    os.environ["LEADERBOARD_DATA"] = str(settings.data_dir.resolve())
+    if settings.config is not None:
+        os.environ["LEADERBOARD_CONFIG"] = settings.config
+    if settings.now_override is not None:
+        os.environ["LEADERBOARD_NOW"] = settings.now_override.isoformat()
+    if settings.redis_url is None:
+        from leaderboard.redis_server import ensure_local_server
+
+        os.environ["REDIS_URL"] = ensure_local_server(settings.data_dir)
+    if not config.keys.servers:
+        err.print("[yellow]warning:[/yellow] no server keys (LEADERBOARD_API_KEYS): "
+                  "POST /v1/events answers 403 to everyone")
+    err.print(f"serving on http://{args.host}:{args.port} (docs at /docs, {args.workers} "
+              f"worker(s), data {settings.data_dir}, Redis {os.environ['REDIS_URL']})")
+    uvicorn.run("app.http:create_app_from_env", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=args.log_level)
+    return 0
+
+
 # -- demo ---------------------------------------------------------------------------------
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -356,6 +516,33 @@ def _parser() -> argparse.ArgumentParser:
                      help="daily|weekly|monthly|season|all-time or a window id")
     rep.add_argument("--as-of", help="YYYY-MM-DD (default: the live version)")
     rep.add_argument("--out", help="PNG path (default under DATA/reports/)")
+
+    def window_flag(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--window", default=None,
+                         help="daily|weekly|monthly|season|all-time (open now) or a window "
+                              "id (default all-time)")
+        sub.add_argument("--json", action="store_true")
+
+    top = add("top", _cmd_top, "The top N of a board (batch merged with the speed layer).")
+    top.add_argument("board")
+    top.add_argument("-n", type=int, default=10, help="how many (1-1000, default 10)")
+    window_flag(top)
+    rank = add("rank", _cmd_rank, "A player's live rank, score, percentile and change.")
+    rank.add_argument("board")
+    rank.add_argument("player")
+    window_flag(rank)
+    around = add("around", _cmd_around, "The players listed around a player.")
+    around.add_argument("board")
+    around.add_argument("player")
+    around.add_argument("-k", type=int, default=5, help="players above and below (1-50)")
+    window_flag(around)
+
+    serve = add("serve", _cmd_serve, "Serve the HTTP API (OpenAPI docs at /docs).")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1, help="worker processes")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
 
     demo = add("demo", _cmd_demo, "The main job on embedded defaults.")
     demo.add_argument("--players", type=int, default=20_000)

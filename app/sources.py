@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from app.football import FOOTBALL_HEADER, football_events
 from leaderboard.schema import INPUT_FIELDS
 
-__all__ = ["SourceBatch", "SourceError", "read_source"]
+__all__ = ["SourceBatch", "SourceError", "field_text", "read_source", "unparseable_rows"]
 
 
 class SourceError(RuntimeError):
@@ -34,8 +34,9 @@ class SourceBatch:
     skipped: int = 0  # rows the format says are not events (e.g. unplayed fixtures)
 
 
-def _unparseable(rows: list[tuple[str, str]], source: str) -> pa.Table:
-    """(raw text, detail) pairs as quarantine rows; the raw text goes in match_id."""
+def unparseable_rows(rows: list[tuple[str, str]], source: str) -> pa.Table:
+    """(raw text, detail) pairs as quarantine rows; the raw text goes in match_id (files and
+    the HTTP API quarantine what they cannot read the same way)."""
     columns: dict[str, Any] = {name: pa.nulls(len(rows), pa.string()) for name in INPUT_FIELDS}
     columns["match_id"] = pa.array([raw[:1000] for raw, _ in rows], pa.string())
     columns["reason"] = pa.array(["unparseable"] * len(rows), pa.string())
@@ -44,7 +45,8 @@ def _unparseable(rows: list[tuple[str, str]], source: str) -> pa.Table:
     return pa.table(columns)
 
 
-def _text(value: Any) -> str | None:
+def field_text(value: Any) -> str | None:
+    """A JSON value as the text validation parses (numbers as written, objects as JSON)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -72,9 +74,9 @@ def _read_jsonl(path: Path, source: str) -> SourceBatch:
                 bad.append((line.rstrip("\n"), f"line {number}: not a JSON object"))
                 continue
             for name in INPUT_FIELDS:
-                columns[name].append(_text(record.get(name)))
+                columns[name].append(field_text(record.get(name)))
     table = pa.table({name: pa.array(values, pa.string()) for name, values in columns.items()})
-    return SourceBatch(table, _unparseable(bad, source), "jsonl")
+    return SourceBatch(table, unparseable_rows(bad, source), "jsonl")
 
 
 def _read_csv(path: Path, source: str) -> SourceBatch:
@@ -82,7 +84,7 @@ def _read_csv(path: Path, source: str) -> SourceBatch:
         header = next(csv.reader(handle), [])
     if [h.strip() for h in header] == list(FOOTBALL_HEADER):
         table, skipped = football_events(path)
-        return SourceBatch(table, _unparseable([], source), "football", skipped)
+        return SourceBatch(table, unparseable_rows([], source), "football", skipped)
     bad: list[tuple[str, str]] = []
 
     def invalid(row: Any) -> str:
@@ -104,7 +106,7 @@ def _read_csv(path: Path, source: str) -> SourceBatch:
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise SourceError(f"{source}: not a readable CSV file ({exc})") from None
     table = table.rename_columns([c.strip() for c in table.column_names])
-    return SourceBatch(table, _unparseable(bad, source), "csv")
+    return SourceBatch(table, unparseable_rows(bad, source), "csv")
 
 
 def _read_parquet(path: Path, source: str) -> SourceBatch:
@@ -112,7 +114,7 @@ def _read_parquet(path: Path, source: str) -> SourceBatch:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise SourceError(f"{source}: not a readable Parquet file ({exc})") from None
-    return SourceBatch(table, _unparseable([], source), "parquet")
+    return SourceBatch(table, unparseable_rows([], source), "parquet")
 
 
 _READERS = {".jsonl": _read_jsonl, ".ndjson": _read_jsonl, ".json": _read_jsonl,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -62,6 +62,9 @@ class Validated:
     accepted: pa.Table  # EVENT_SCHEMA, in input order, in-batch retries removed
     rejected: pa.Table  # QUARANTINE_SCHEMA without ingested_at
     duplicates: int  # rows dropped as retries of an earlier row in the same batch
+    #: Input row number of each rejected row (ascending), so callers can answer per row.
+    rejected_rows: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def reason_counts(self) -> Counter[str]:
         return Counter(self.rejected.column("reason").to_pylist())
@@ -653,7 +656,8 @@ def validate_events(
     rejected_columns["detail"] = pa.array([checks.detail[i] for i in bad_rows], pa.string())
     rejected_columns["source"] = pa.array([source] * len(bad_rows), pa.string())
     rejected = pa.table(rejected_columns, schema=_REJECTED_SCHEMA)
-    return Validated(accepted=accepted, rejected=rejected, duplicates=duplicates)
+    return Validated(accepted=accepted, rejected=rejected, duplicates=duplicates,
+                     rejected_rows=bad_rows.astype(np.int64))
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -13,11 +13,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
+import redis
 
 from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
 from leaderboard.registry import Registry
-from speed_layer.service import SpeedLayer
 from leaderboard.validation import validate_events
+from speed_layer.service import SpeedLayer
 
 __all__ = ["IngestReport", "Ingestor", "open_writer"]
 
@@ -34,6 +35,11 @@ class IngestReport:
     reasons: Counter[str] = field(default_factory=Counter)
     files: list[LandedFile] = field(default_factory=list)
     quarantine_files: list[LandedFile] = field(default_factory=list)
+    #: (row of the table, reason, detail) per rejected row, when asked for (`row_reasons`);
+    #: row numbers are per call, so `add` does not carry them over.
+    rejections: list[tuple[int, str, str]] = field(default_factory=list)
+    #: Set when the rows were landed but the fold into Redis failed: `repair` folds them.
+    fold_error: str | None = None
 
     def add(self, other: IngestReport) -> None:
         self.rows += other.rows
@@ -44,13 +50,16 @@ class IngestReport:
         self.reasons.update(other.reasons)
         self.files.extend(other.files)
         self.quarantine_files.extend(other.quarantine_files)
+        self.fold_error = self.fold_error or other.fold_error
 
     def as_dict(self) -> dict[str, object]:
         return {
             "rows": self.rows, "accepted": self.accepted, "rejected": self.rejected,
-            "duplicates": self.duplicates, "retries": self.retries, "reasons": dict(self.reasons.most_common()),
+            "duplicates": self.duplicates, "retries": self.retries,
+            "reasons": dict(self.reasons.most_common()),
             "files": [str(f.path) for f in self.files],
             "quarantine_files": [str(f.path) for f in self.quarantine_files],
+            "fold_error": self.fold_error,
         }
 
 
@@ -62,7 +71,8 @@ def open_writer(lake: Path, preferred: str) -> LandingWriter:
             return LandingWriter(lake, name)
         except WriterBusy:
             continue
-    raise WriterBusy(f"writer ids {preferred} .. {preferred}_15 are all busy; pass another --writer")
+    raise WriterBusy(f"writer ids {preferred} .. {preferred}_15 are all busy; "
+                     "pass another --writer")
 
 
 class Ingestor:
@@ -86,12 +96,16 @@ class Ingestor:
         backfill: bool = False,
         default_server_id: str | None = None,
         unparseable: pa.Table | None = None,
+        row_reasons: bool = False,
     ) -> IngestReport:
         """Ingest one batch landed at `now`.
 
         `backfill` (trusted historical imports) stamps ingested_at from event_time, so old
         windows are not treated as late. `unparseable` rows (already in quarantine form) from
-        the reader are quarantined alongside.
+        the reader are quarantined alongside. `row_reasons` lists why each row of `table`
+        was rejected (the HTTP API answers per row). A failure of Redis before landing
+        raises (nothing landed); after landing it is reported in `fold_error` (the rows are
+        durable, and `SpeedLayer.repair` folds them later).
         """
         ingested_at: datetime | pa.ChunkedArray = now
         validated = validate_events(
@@ -111,6 +125,11 @@ class Ingestor:
             duplicates=validated.duplicates, retries=retries,
             reasons=Counter(rejected.column("reason").to_pylist()),
         )
+        if row_reasons:
+            report.rejections = list(zip(
+                validated.rejected_rows.tolist(),
+                validated.rejected.column("reason").to_pylist(),
+                validated.rejected.column("detail").to_pylist(), strict=True))
         if backfill:
             ingested_at = accepted.column("event_time")
         report.files = self.writer.land(accepted, ingested_at)
@@ -118,6 +137,9 @@ class Ingestor:
         if self.speed is not None and report.files:
             # Backfilled rows are folded too where they are past the watermark, but are not
             # remembered at the door (trusted imports are deduped by the batch).
-            self.speed.after_land(report.files, accepted, now, remember=not backfill)
+            try:
+                self.speed.after_land(report.files, accepted, now, remember=not backfill)
+            except redis.RedisError as exc:
+                report.fold_error = f"{type(exc).__name__}: {exc}"
         return report
 

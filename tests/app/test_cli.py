@@ -115,7 +115,8 @@ def test_bad_config_exits_2_with_a_clear_message(data, tmp_path, capsys):
                    'aggregation = "median"\n')
     assert main(["--config", str(bad), "ingest", str(good)]) == 2
     err = capsys.readouterr().err
-    assert "boards[0].aggregation" in err and "median" in err
+    assert "boards[0].aggregation" in err
+    assert "median" in err
     assert not (data / "lake" / "events").exists()
 
 
@@ -123,7 +124,8 @@ def test_unknown_extension_is_reported(data, tmp_path, capsys):
     odd = tmp_path / "events.xml"
     odd.write_text("<x/>")
     code, report = run_json(capsys, "ingest", str(odd))
-    assert code == 1 and "unknown format" in report["errors"][0]
+    assert code == 1
+    assert "unknown format" in report["errors"][0]
 
 
 def test_backfill_football_then_batch_and_report(data, capsys):
@@ -134,7 +136,8 @@ def test_backfill_football_then_batch_and_report(data, capsys):
     assert report["total"]["accepted"] == 2 * 49_520 - 2 * report["files"][0]["skipped"]
     assert report["total"]["rejected"] == 0
     code, summary = run_json(capsys, "--config", "football", "batch", "--as-of", "2026-07-31")
-    assert code == 0 and summary["mode"] == "full"
+    assert code == 0
+    assert summary["mode"] == "full"
     assert summary["events"] == report["total"]["accepted"]
     out = data / "chart.png"
     assert main(["--config", "football", "report", "global", "--window", "season:2026-S2",

@@ -1,0 +1,442 @@
+"""The HTTP API against a real Redis and a real published lake: auth, per-row ingest answers,
+every read route, bounds, admin bans, health and metrics, and `leaderboard serve` itself."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from datetime import UTC, date, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+import redis
+from lakes import land, random_stream
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from app.http import ApiKeys, HttpConfig, create_app
+from jobs.batch import run_batch
+from leaderboard.lake import landed_files
+from leaderboard.redis_server import free_port
+from leaderboard.settings import Settings, SettingsError
+from serving.service import Leaderboards
+from speed_layer.service import SpeedLayer
+
+with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is installed
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.redis
+
+NOW = "2026-12-01T18:00:00Z"
+KEY_EU = "eu-1-key-0123456789abcdef"
+KEY_NA = "na-1-key-0123456789abcdef"
+SECRET_NA = "na-1-secret-0123456789abcdef"
+ADMIN = "admin-key-0123456789abcdef"
+EVENT = {"match_id": "h1", "player_id": "p001", "points": 7,
+         "event_time": "2026-12-01T17:00:00Z", "region": "na", "mode": "ranked"}
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, redis_server) -> SimpleNamespace:
+    """A data dir with a season landed and the batch as of 2026-11-30 published; the events
+    ingested since its watermark (2026-12-01 00:00) folded into the speed layer, whose keys
+    are kept as a snapshot (DUMP) that each test restores in a fraction of a rebuild's time."""
+    data = tmp_path_factory.mktemp("published") / "data"
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data), "LEADERBOARD_NOW": NOW})
+    events = random_stream(3, start=datetime(2026, 11, 27, tzinfo=UTC), days=5, matches=80,
+                           players=30, late_share=0.0)
+    cutoff = datetime(2026, 12, 1, 17, tzinfo=UTC)
+    land(settings.lake_dir, settings.registry, [e for e in events if e["ingested_at"] < cutoff])
+    run_batch(settings, date(2026, 11, 30))
+    client = redis.Redis.from_url(redis_server.url, protocol=2)
+    client.flushall()
+    SpeedLayer(client, settings.registry, settings.lake_dir).rebuild(settings.now())
+    snapshot = {key: (client.pttl(key), client.dump(key)) for key in client.scan_iter()}
+    client.flushall()
+    client.close()
+    return SimpleNamespace(data=data, snapshot=snapshot)
+
+
+def _restore(published: SimpleNamespace, client: redis.Redis, data: Path) -> Settings:
+    """A copy of the published data dir at `data`, and the speed state restored for it."""
+    shutil.copytree(published.data, data)
+    pipe = client.pipeline(transaction=False)
+    for key, (ttl, payload) in published.snapshot.items():
+        pipe.restore(key, max(ttl, 0), payload, replace=True)
+    pipe.execute()
+    return Settings.from_env({"LEADERBOARD_DATA": str(data), "LEADERBOARD_NOW": NOW})
+
+
+def _keys_file(path: Path) -> Path:
+    path.write_text(f'admin_key = "{ADMIN}"\n[servers]\n"eu-1" = "{KEY_EU}"\n'
+                    f'[servers."na-1"]\nkey = "{KEY_NA}"\nsecret = "{SECRET_NA}"\n')
+    return path
+
+
+@pytest.fixture
+def world(published, tmp_path, redis_client):
+    """A copy of the published lake and its speed state, and the app on them."""
+    settings = _restore(published, redis_client, tmp_path / "data")
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    config = HttpConfig.from_env({"LEADERBOARD_API_KEYS": str(_keys_file(tmp_path / "k.toml"))})
+    app = create_app(settings, config, client=redis_client)
+    boards = Leaderboards(settings.lake_dir, settings.registry, redis_client, now=settings.now)
+    with TestClient(app) as client:
+        yield SimpleNamespace(client=client, settings=settings, lake=settings.lake_dir,
+                              speed=speed, boards=boards, app=app)
+
+
+def _post(world, body, *, key: str | None = KEY_EU, **headers):
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    return world.client.post("/v1/events", content=json.dumps(body).encode(), headers=headers)
+
+
+def _lake_rows(lake: Path, kind: str = "events") -> list[dict]:
+    rows = []
+    for landed in landed_files(lake, kind=kind):
+        rows.extend(pq.read_table(landed.path).to_pylist())
+    return rows
+
+
+# -- docs -------------------------------------------------------------------------------------
+
+def test_openapi_and_docs(world):
+    spec = world.client.get("/openapi.json").json()
+    for path in ("/v1/events", "/v1/boards", "/v1/boards/{board}/top",
+                 "/v1/boards/{board}/players/{player_id}",
+                 "/v1/boards/{board}/players/{player_id}/around", "/v1/boards/{board}/friends",
+                 "/v1/boards/{board}/players/{player_id}/history",
+                 "/v1/boards/{board}/percentiles", "/v1/admin/bans", "/v1/admin/unbans",
+                 "/healthz", "/metrics"):
+        assert path in spec["paths"], path
+    body = spec["paths"]["/v1/events"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["properties"]["events"]["maxItems"] == 10_000
+    assert "swagger" in world.client.get("/docs").text.lower()
+
+
+# -- ingest: auth -----------------------------------------------------------------------------
+
+def test_ingest_needs_a_credential(world):
+    answer = _post(world, {"events": [EVENT]}, key=None)
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == "Bearer"
+    assert "API key" in answer.json()["message"]
+    assert _post(world, {"events": [EVENT]}, key="not-a-key-0123456789").status_code == 403
+    assert _post(world, {"events": [EVENT]}, key=ADMIN).status_code == 403  # admin != server
+    wrong = world.client.post("/v1/events", content=b'{"events": []}', headers={
+        "X-Server-Id": "na-1", "X-Signature": "sha256=" + "0" * 64})
+    assert wrong.status_code == 403
+    assert not _lake_rows(world.lake, "quarantine")
+
+
+def test_server_id_comes_from_the_credential(world):
+    before = world.boards.player("global", "p001")["score"]
+    answer = _post(world, {"events": [dict(EVENT, server_id="spoofed")]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() | {"rejected": None} == {
+        "server_id": "eu-1", "rows": 1, "accepted": 1, "duplicates": 0, "retries": 0,
+        "rejected_count": 0, "rejected": None, "folded": True}
+    landed = [r for r in _lake_rows(world.lake) if r["match_id"] == "h1"]
+    assert [(r["player_id"], r["server_id"]) for r in landed] == [("p001", "eu-1")]
+    assert landed[0]["ingested_at"] == datetime(2026, 12, 1, 18, tzinfo=UTC)
+    read = world.client.get("/v1/boards/global/players/p001").json()
+    assert read["score"] == before + 7  # folded: visible in the next read
+
+
+def test_hmac_signed_batch(world):
+    body = json.dumps([dict(EVENT, match_id="h2")]).encode()  # a bare array is a batch too
+    signature = hmac.new(SECRET_NA.encode(), body, hashlib.sha256).hexdigest()
+    answer = world.client.post("/v1/events", content=body, headers={
+        "X-Server-Id": "na-1", "X-Signature": f"sha256={signature}"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["server_id"] == "na-1"
+    tampered = world.client.post("/v1/events", content=body.replace(b"7", b"9"), headers={
+        "X-Server-Id": "na-1", "X-Signature": f"sha256={signature}"})
+    assert tampered.status_code == 403
+    no_secret = world.client.post("/v1/events", content=body, headers={
+        "X-Server-Id": "eu-1", "X-Signature": hmac.new(
+            b"", body, hashlib.sha256).hexdigest()})
+    assert no_secret.status_code == 403  # eu-1 has no secret: HMAC is not an option for it
+    assert [r["server_id"] for r in _lake_rows(world.lake) if r["match_id"] == "h2"] == ["na-1"]
+
+
+# -- ingest: per-row answers --------------------------------------------------------------------
+
+def test_invalid_rows_are_answered_per_row_and_the_good_ones_land(world):
+    rows = [dict(EVENT, match_id="g1"),
+            dict(EVENT, match_id="b1", player_id="bad id!"),
+            "not an object",
+            dict(EVENT, match_id="b2", region="moon"),
+            dict(EVENT, match_id="g2", player_id="p002", points="3"),
+            dict(EVENT, match_id="b3", points=5.5)]
+    answer = _post(world, {"events": rows})
+    assert answer.status_code == 207, answer.text
+    body = answer.json()
+    assert (body["rows"], body["accepted"], body["rejected_count"]) == (6, 2, 4)
+    assert [(r["row"], r["reason"]) for r in body["rejected"]] == [
+        (1, "bad_player_id"), (2, "unparseable"), (3, "unknown_region"), (5, "bad_type")]
+    assert "moon" in body["rejected"][2]["detail"]
+    assert "not a JSON object" in body["rejected"][1]["detail"]
+    landed = {r["match_id"] for r in _lake_rows(world.lake)}
+    assert {"g1", "g2"} <= landed
+    assert not {"b1", "b2", "b3"} & landed
+    quarantined = _lake_rows(world.lake, "quarantine")
+    assert sorted(q["reason"] for q in quarantined) == [
+        "bad_player_id", "bad_type", "unknown_region", "unparseable"]
+    assert {q["source"] for q in quarantined} == {"http:eu-1"}
+
+
+def test_a_batch_of_only_invalid_rows_is_422(world):
+    answer = _post(world, {"events": [dict(EVENT, region="moon"), 42]})
+    assert answer.status_code == 422
+    body = answer.json()
+    assert body["error"] == "all_rows_rejected"
+    assert [r["reason"] for r in body["rejected"]] == ["unknown_region", "unparseable"]
+    assert not any(r["match_id"] == "h1" for r in _lake_rows(world.lake))
+
+
+def test_a_retry_is_dropped_at_the_door(world):
+    batch = {"events": [dict(EVENT, match_id="r1"), dict(EVENT, match_id="r1")]}
+    first = _post(world, batch).json()
+    assert (first["accepted"], first["duplicates"]) == (1, 1)
+    score = world.boards.player("global", "p001")["score"]
+    again = _post(world, batch)
+    assert again.status_code == 200
+    assert (again.json()["accepted"], again.json()["retries"]) == (0, 1)
+    assert world.boards.player("global", "p001")["score"] == score
+    assert sum(r["match_id"] == "r1" for r in _lake_rows(world.lake)) == 1
+
+
+def test_batch_bounds(world, tmp_path, redis_client):
+    too_many = _post(world, {"events": [EVENT] * 10_001})
+    assert too_many.status_code == 413
+    assert "10,000" in too_many.json()["message"]
+    assert _post(world, {"events": []}).status_code == 422
+    not_json = world.client.post("/v1/events", content=b"{nope",
+                                 headers={"Authorization": f"Bearer {KEY_EU}"})
+    assert (not_json.status_code, not_json.json()["error"]) == (400, "bad_json")
+    assert _post(world, {"events": {"a": 1}}).status_code == 400
+    small = HttpConfig(keys=ApiKeys.parse({"servers": {"eu-1": KEY_EU}}), max_body_bytes=200)
+    with TestClient(create_app(world.settings, small, client=redis_client)) as client:
+        big = client.post("/v1/events", content=json.dumps({"events": [EVENT] * 3}).encode(),
+                          headers={"Authorization": f"Bearer {KEY_EU}"})
+        assert big.status_code == 413
+        assert big.json()["error"] == "body_too_large"
+
+
+# -- reads --------------------------------------------------------------------------------------
+
+def test_boards(world):
+    boards = world.client.get("/v1/boards").json()["boards"]
+    assert [b["board"] for b in boards][:3] == ["global", "region:na", "region:eu"]
+    daily = next(w for w in boards[0]["windows"] if w["kind"] == "daily")
+    assert daily == {"kind": "daily", "window": "daily:2026-12-01",
+                     "next_reset": "2026-12-02T00:00:00Z"}
+
+
+@pytest.mark.parametrize("path_board", ["region:na", "region%3Ana"])
+def test_top_on_a_board_with_a_colon(world, path_board):
+    answer = world.client.get(f"/v1/boards/{path_board}/top", params={"n": 5})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body == world.boards.top("region:na", 5)
+    assert body["board"] == "region:na"
+    assert len(body["entries"]) == 5
+    page = world.client.get("/v1/boards/region:na/top",
+                            params={"n": 5, "cursor": body["next_cursor"]}).json()
+    assert page["entries"] == world.boards.top("region:na", 10)["entries"][5:]
+
+
+def test_player_around_friends_history_percentiles(world):
+    top = world.boards.top("global", 30, "season")["entries"]
+    middle = top[10]["player_id"]
+    player = world.client.get(f"/v1/boards/global/players/{middle}",
+                              params={"window": "season"}).json()
+    assert (player["status"], player["window"]) == ("ranked", "season:2026-S4")
+    assert (player["rank"], player["score"]) == (top[10]["rank"], top[10]["score"])
+    assert set(player) >= {"percentile", "total", "as_of_yesterday", "change"}
+    assert player["as_of_yesterday"]["as_of"] == "2026-11-30"
+    unknown = world.client.get("/v1/boards/global/players/nobody").json()
+    assert (unknown["status"], unknown["rank"]) == ("unranked", None)
+
+    around = world.client.get(f"/v1/boards/global/players/{middle}/around",
+                              params={"k": 2, "window": "season"}).json()
+    assert around == world.boards.around("global", middle, 2, "season")
+    assert len(around["above"]) == 2
+    assert len(around["below"]) == 2
+
+    ids = [top[3]["player_id"], "nobody", top[1]["player_id"]]
+    friends = world.client.get("/v1/boards/region:na/friends",
+                               params={"ids": ",".join(ids)}).json()
+    assert friends == world.boards.friends("region:na", ids)
+    assert "nobody" in friends["unranked"]
+
+    history = world.client.get(f"/v1/boards/global/players/{middle}/history",
+                               params={"from": "2026-11-01", "to": "2026-11-30"}).json()
+    assert history["history"] == [{"as_of": "2026-11-30", "window": "all-time",
+                                   **{k: v for k, v in history["history"][0].items()
+                                      if k in ("rank", "score", "percentile")}}]
+    assert history["history"][0]["rank"] is not None
+
+    percentiles = world.client.get("/v1/boards/region:na/percentiles").json()
+    assert percentiles["as_of"] == "2026-11-30"
+    assert percentiles["top_percent"]
+    assert percentiles["histogram"]
+
+
+@pytest.mark.parametrize(("path", "params", "status", "says"), [
+    ("/v1/boards/region:moon/top", {}, 404, "region:na"),
+    ("/v1/boards/global/top", {"window": "hourly"}, 400, "hourly"),
+    ("/v1/boards/global/top", {"window": "daily:2026-13-45"}, 400, "2026-13-45"),
+    ("/v1/boards/global/top", {"n": 0}, 422, "n"),
+    ("/v1/boards/global/top", {"n": 1001}, 422, "1000"),
+    ("/v1/boards/global/top", {"cursor": "garbage"}, 400, "cursor"),
+    ("/v1/boards/global/players/bad%20id", {}, 422, "player_id"),
+    ("/v1/boards/global/players/" + "x" * 65, {}, 422, "player_id"),
+    ("/v1/boards/global/players/p001/around", {"k": 51}, 422, "50"),
+    ("/v1/boards/global/friends", {"ids": ",".join(f"p{i}" for i in range(501))}, 422, "500"),
+    ("/v1/boards/global/friends", {"ids": "p001,bad id"}, 422, "bad id"),
+    ("/v1/boards/global/friends", {"ids": ","}, 422, "at least one"),
+    ("/v1/boards/global/players/p001/history", {"window": "hourly"}, 400, "all-time"),
+    ("/v1/boards/global/players/p001/history", {"from": "2026-12-02", "to": "2026-12-01"},
+     422, "after"),
+    ("/v1/boards/global/players/p001/history", {"from": "yesterday"}, 422, "from"),
+    ("/v1/boards/nope/percentiles", {}, 404, "global"),
+])
+def test_bad_reads_say_what_is_wrong(world, path, params, status, says):
+    answer = world.client.get(path, params=params)
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert body["error"], body
+    assert says in body["message"], body
+
+
+# -- admin ------------------------------------------------------------------------------------
+
+def test_ban_and_unban_show_in_the_next_read(world):
+    leader = world.client.get("/v1/boards/global/top", params={"n": 3}).json()["entries"][0]
+    name = leader["player_id"]
+    action = {"player_id": name, "reason": "cheating"}
+    assert world.client.post("/v1/admin/bans", json=action).status_code == 401
+    assert world.client.post("/v1/admin/bans", json=action,
+                             headers={"Authorization": f"Bearer {KEY_EU}"}).status_code == 403
+    bad = world.client.post("/v1/admin/bans", json={"player_id": "bad id"},
+                            headers={"X-Admin-Key": ADMIN})
+    assert bad.status_code == 422
+    banned = world.client.post("/v1/admin/bans", json=action, headers={"X-Admin-Key": ADMIN})
+    assert banned.status_code == 200, banned.text
+    assert banned.json()["status"] == "banned"
+    top = world.client.get("/v1/boards/global/top", params={"n": 3}).json()["entries"]
+    assert name not in [e["player_id"] for e in top]  # the cached top was dropped
+    assert world.client.get(f"/v1/boards/global/players/{name}").json()["status"] == "unranked"
+    unbanned = world.client.post("/v1/admin/unbans", json={"player_id": name},
+                                 headers={"Authorization": f"Bearer {ADMIN}"})
+    assert unbanned.status_code == 200
+    top = world.client.get("/v1/boards/global/top", params={"n": 3}).json()["entries"]
+    assert top[0] == leader
+
+
+# -- operations -------------------------------------------------------------------------------
+
+def test_healthz_ok(world):
+    answer = world.client.get("/healthz")
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["status"], body["redis"]) == ("ok", "ok")
+    assert body["version"] == body["serving_version"]
+    assert body["as_of"] == "2026-11-30"
+
+
+def test_healthz_fails_without_redis_or_without_a_version(world, tmp_path, redis_client):
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5,
+                       retry=Retry(NoBackoff(), 0))
+    with TestClient(create_app(world.settings, client=dead)) as client:
+        answer = client.get("/healthz")
+        assert answer.status_code == 503
+        assert "PING" in answer.json()["problems"]["redis"]
+        assert client.get("/v1/boards/global/top").status_code == 503
+    redis_client.flushall()  # no speed pointer either: nothing was ever published here
+    empty = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "empty"),
+                               "LEADERBOARD_NOW": NOW})
+    with TestClient(create_app(empty, client=redis_client)) as client:
+        answer = client.get("/healthz")
+        assert answer.status_code == 503
+        assert "no batch version" in answer.json()["problems"]["manifest"]
+
+
+def test_metrics(world):
+    world.client.get("/v1/boards/global/top", params={"n": 3})
+    world.client.get("/v1/boards/global/top", params={"n": 3})
+    _post(world, {"events": [dict(EVENT, match_id="mx")]})
+    text = world.client.get("/metrics").text
+    assert ('leaderboard_http_request_duration_seconds_count{method="GET",'
+            'route="/v1/boards/{board}/top",status="200"} 2.0') in text
+    assert "leaderboard_score_visibility_seconds_count 1.0" in text
+    assert "leaderboard_speed_lag_files 0.0" in text
+    assert "leaderboard_redis_up 1.0" in text
+    assert "leaderboard_top_cache_hits_total 1.0" in text
+    assert "leaderboard_top_cache_misses_total 1.0" in text
+    assert "leaderboard_top_cache_hit_ratio 0.5" in text
+
+
+def test_config_errors_name_the_setting(tmp_path):
+    with pytest.raises(SettingsError, match="LEADERBOARD_TOP_TTL"):
+        HttpConfig.from_env({"LEADERBOARD_TOP_TTL": "9"})
+    with pytest.raises(SettingsError, match="cannot read"):
+        HttpConfig.from_env({"LEADERBOARD_API_KEYS": str(tmp_path / "missing.toml")})
+    short = tmp_path / "keys.json"
+    short.write_text(json.dumps({"servers": {"s1": "short"}}))
+    with pytest.raises(SettingsError, match=r"servers\.s1\.key"):
+        HttpConfig.from_env({"LEADERBOARD_API_KEYS": str(short)})
+    with pytest.raises(SettingsError, match="admin key must be separate"):
+        ApiKeys.parse({"servers": {"s1": KEY_EU}, "admin_key": KEY_EU})
+
+
+# -- the real server ----------------------------------------------------------------------------
+
+def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
+    data = tmp_path / "data"
+    settings = _restore(published, redis_client, data)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEADERBOARD_")}
+    env.update(REDIS_URL=redis_server.url, LEADERBOARD_NOW=NOW,
+               LEADERBOARD_API_KEYS=str(_keys_file(tmp_path / "k.toml")))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "--data", str(data), "serve", "--port", str(port),
+         "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = httpx.get(f"{base}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(server.stdout.read().decode()) from None
+                time.sleep(0.2)
+        assert health.status_code == 200, health.text
+        top = httpx.get(f"{base}/v1/boards/region:na/top", params={"n": 3}, timeout=5)
+        assert top.status_code == 200
+        assert top.json() == Leaderboards(settings.lake_dir, settings.registry, redis_client,
+                                          now=settings.now).top("region:na", 3)
+        posted = httpx.post(f"{base}/v1/events", json={"events": [EVENT]},
+                            headers={"X-API-Key": KEY_EU}, timeout=10)
+        assert posted.status_code == 200, posted.text
+    finally:
+        server.terminate()
+        server.wait(15)
+    assert [r["server_id"] for r in _lake_rows(settings.lake_dir) if r["match_id"] == "h1"] == [
+        "eu-1"]
