@@ -161,3 +161,74 @@ def test_console_script_runs(data, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "1 accepted" in done.stdout
+
+
+# -- reads through the serving layer ------------------------------------------------------------
+
+@pytest.fixture
+def served(data, tmp_path, capsys):
+    """History backfilled and published (batch as of 2026-11-30), then one live event in the
+    speed layer: dave's 7 points today lift him from 4th to 1st."""
+    history = tmp_path / "history.jsonl"
+    players = [("alice", 10, "na"), ("bob", 8, "na"), ("carol", 6, "eu"), ("dave", 4, "na"),
+               ("erin", 2, "eu")]
+    history.write_text("".join(
+        json.dumps(dict(GOOD, match_id=f"h{i}", player_id=name, points=points, region=region,
+                        event_time="2026-11-29T10:00:00Z")) + "\n"
+        for i, (name, points, region) in enumerate(players)))
+    live = tmp_path / "live.jsonl"
+    live.write_text(json.dumps(dict(GOOD, match_id="l1", player_id="dave", points=7)) + "\n")
+    assert main(["ingest", "--backfill", str(history)]) == 0
+    assert main(["batch", "--as-of", "2026-11-30"]) == 0
+    assert main(["ingest", str(live)]) == 0
+    capsys.readouterr()
+    return data
+
+
+def test_top_rank_and_around(served, capsys):
+    code, top = run_json(capsys, "top", "global")
+    assert code == 0
+    assert [(e["player_id"], e["score"], e["rank"]) for e in top["entries"]] == [
+        ("dave", 11, 1), ("alice", 10, 2), ("bob", 8, 3), ("carol", 6, 4), ("erin", 2, 5)]
+    assert (top["window"], top["total"]) == ("all-time", 5)
+    code, rank = run_json(capsys, "rank", "global", "dave")
+    assert (rank["rank"], rank["score"], rank["change"]) == (1, 11, 3)
+    assert rank["as_of_yesterday"] == {"rank": 4, "score": 4, "as_of": "2026-11-30"}
+    code, around = run_json(capsys, "around", "global", "bob", "-k", "1")
+    assert [e["player_id"] for e in around["above"]] == ["alice"]
+    assert [e["player_id"] for e in around["below"]] == ["carol"]
+    code, daily = run_json(capsys, "top", "region:na", "--window", "daily")
+    assert daily["window"] == "daily:2026-12-01"
+    assert [e["player_id"] for e in daily["entries"]] == ["dave"]
+    code, unknown = run_json(capsys, "rank", "global", "zed")
+    assert (code, unknown["status"]) == (0, "unranked")
+
+
+def test_reads_print_tables_for_people(served, capsys):
+    assert main(["top", "region:na", "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "region:na all-time: top 2 of 3" in out
+    assert "dave" in out
+    assert "alice" in out
+    assert "bob" not in out
+    assert main(["rank", "global", "dave"]) == 0
+    out = capsys.readouterr().out
+    assert "rank 1 of 5" in out
+    assert "up 3" in out
+    assert main(["around", "--window", "season", "global", "carol", "-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "season:2026-S4: around carol" in out
+    assert "bob" in out
+    assert "erin" in out
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["top", "region:moon"], "unknown board 'region:moon'"),
+    (["top", "global", "--window", "hourly"], "hourly"),
+    (["rank", "global", "alice", "--window", "daily:2026-13-01"], "2026-13-01"),
+    (["top", "global", "-n", "0"], "-n 0 is out of range"),
+    (["around", "global", "alice", "-k", "51"], "-k 51 is out of range"),
+])
+def test_bad_reads_exit_2(data, capsys, argv, says):
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
