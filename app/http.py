@@ -382,13 +382,20 @@ class _Service:
         with self._ingest_lock:
             if self._writer is None:
                 self._writer = open_writer(self.settings.lake_dir, self.config.writer)
-            if self._needs_repair:
-                self.speed.repair()
-                self._needs_repair = False
-            stamped = time.perf_counter()
-            report = Ingestor(self.registry, self._writer, self.speed).ingest(
-                table, now=self.settings.now(), source=f"http:{server_id}",
-                unparseable=unparseable, row_reasons=True)
+            try:
+                if self._needs_repair:
+                    self.speed.repair()
+                    self._needs_repair = False
+                stamped = time.perf_counter()
+                report = Ingestor(self.registry, self._writer, self.speed).ingest(
+                    table, now=self.settings.now(), source=f"http:{server_id}",
+                    unparseable=unparseable, row_reasons=True)
+            except redis.RedisError as exc:
+                # Raised before landing (the door could not be asked): nothing is in the lake.
+                raise ApiError(503, "unavailable",
+                               f"the speed layer (Redis) is unavailable ({exc}); nothing was "
+                               "landed: retry the same batch later",
+                               headers={"Retry-After": "5"}) from None
             if report.fold_error:
                 self._needs_repair = True
             elif report.files:

@@ -362,11 +362,17 @@ def test_healthz_ok(world):
 def test_healthz_fails_without_redis_or_without_a_version(world, tmp_path, redis_client):
     dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5,
                        retry=Retry(NoBackoff(), 0))
-    with TestClient(create_app(world.settings, client=dead)) as client:
+    keys = HttpConfig(keys=ApiKeys.parse({"servers": {"eu-1": KEY_EU}}))
+    with TestClient(create_app(world.settings, keys, client=dead)) as client:
         answer = client.get("/healthz")
         assert answer.status_code == 503
         assert "PING" in answer.json()["problems"]["redis"]
         assert client.get("/v1/boards/global/top").status_code == 503
+        posted = client.post("/v1/events", json={"events": [EVENT]},
+                             headers={"X-API-Key": KEY_EU})
+        assert posted.status_code == 503
+        assert "nothing was landed" in posted.json()["message"]
+        assert not any(r["match_id"] == "h1" for r in _lake_rows(world.lake))
     redis_client.flushall()  # no speed pointer either: nothing was ever published here
     empty = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "empty"),
                                "LEADERBOARD_NOW": NOW})
