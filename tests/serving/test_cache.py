@@ -41,6 +41,26 @@ class Clock:
         self.value += seconds
 
 
+def at_once(threads: int, call):
+    """`call()` from `threads` threads released together; their results or exceptions."""
+    gate = threading.Barrier(threads)
+    outcomes = []
+
+    def run():
+        gate.wait()
+        try:
+            outcomes.append(call())
+        except Exception as exc:
+            outcomes.append(exc)
+
+    started = [threading.Thread(target=run) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join(10)
+    return outcomes
+
+
 # -- the generic cache ------------------------------------------------------------------------
 
 def test_fresh_within_ttl_then_recomputed():
@@ -108,24 +128,13 @@ def test_other_errors_are_never_covered_by_a_stale_answer():
 def test_a_cold_key_is_computed_once_for_many_threads():
     cache = TopCache(ttl=2.0)
     calls = []
-    gate = threading.Barrier(16)
 
     def compute():
         calls.append(threading.get_ident())
         time.sleep(0.2)  # long enough for every thread to arrive meanwhile
         return {"entries": [1, 2, 3]}
 
-    results = []
-
-    def ask():
-        gate.wait()
-        results.append(cache.get(("tag", "global", "all-time", 10, ""), compute))
-
-    threads = [threading.Thread(target=ask) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
+    results = at_once(16, lambda: cache.get(("tag", "global", "all-time", 10, ""), compute))
     assert len(calls) == 1
     assert len(results) == 16
     assert all(r is results[0] for r in results)
@@ -136,26 +145,14 @@ def test_a_cold_key_is_computed_once_for_many_threads():
 
 def test_waiters_share_the_leaders_failure():
     cache = TopCache(ttl=2.0)
-    gate = threading.Barrier(4)
-    errors = []
 
     def compute():
         time.sleep(0.1)
         raise redis.ConnectionError("down")
 
-    def ask():
-        gate.wait()
-        try:
-            cache.get("k", compute)
-        except CacheUnavailable as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=ask) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert len(errors) == 4
+    outcomes = at_once(4, lambda: cache.get("k", compute))
+    assert len(outcomes) == 4
+    assert all(isinstance(o, CacheUnavailable) for o in outcomes)
     assert cache.stats().failures <= 2  # one leader (a late thread may lead a second try)
 
 
@@ -233,18 +230,7 @@ def test_threads_on_a_cold_key_cause_one_computation(redis_client, tmp_path):
 
     boards.top = counting_top  # type: ignore[method-assign]
     cache = TopCache(ttl=5.0)
-    gate = threading.Barrier(8)
-    answers = []
-
-    def ask():
-        gate.wait()
-        answers.append(cache.top(boards, "region:eu", 5, "season"))
-
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
+    answers = at_once(8, lambda: cache.top(boards, "region:eu", 5, "season"))
     assert len(computed) == 1
     assert len(answers) == 8
     assert [e["player_id"] for e in answers[0]["entries"]] == ["p19", "p18", "p17", "p16", "p15"]
