@@ -186,8 +186,12 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     as_of = date.fromisoformat(args.as_of) if args.as_of else (
         settings.now().date() - timedelta(days=1))
     with err.status(f"batch as of {as_of}") as status:
-        result = run_batch(settings, as_of, full=args.full,
-                           step=lambda message: (status.update(message), err.log(message)))
+
+        def step(message: str) -> None:
+            status.update(message)
+            err.log(message)
+
+        result = run_batch(settings, as_of, full=args.full, step=step)
         status.update("refreshing the analysts' warehouse")
         warehouse = refresh_warehouse(settings.data_dir, settings.registry)
         speed = _speed_layer(settings, start=False)
