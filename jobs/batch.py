@@ -273,6 +273,8 @@ def run_batch(
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     if files:
         first_day = min(first_day, _earliest_event_date(files))
+    if base is not None:  # raw events of old dates may be gone (retention); rollups are not
+        first_day = min(first_day, _earliest_rollup_date(lake, base))
     calendar = calendar_table(registry, first_day, as_of + timedelta(days=1))
     banned = banned_players(lake, before=watermark)
     eng = open_engine(engine_name)
@@ -418,6 +420,13 @@ def _earliest_event_date(files: list[Any]) -> date:
     earliest = min((stamp_range(f.path, "event_time")[0] for f in files),
                    default=datetime.now(UTC))
     return max(earliest, datetime(1970, 1, 1, tzinfo=UTC)).date()
+
+
+def _earliest_rollup_date(lake: Path, base: Manifest) -> date:
+    """The earliest event date the base version's rollups hold (the calendar must cover it
+    even after retention deleted the raw events of that date)."""
+    dates = base.rollups(lake)
+    return min((date.fromisoformat(d) for d in dates), default=base.as_of_date)
 
 
 def _maybe_crash(crash_at: str | None, here: str) -> None:

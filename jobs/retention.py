@@ -1,0 +1,238 @@
+"""Retention: delete raw event partitions past the registry's `retention_days`, and find the
+speed versions that are no longer live.
+
+Usage: python -m jobs.retention --as-of 2026-12-01 [--data DIR] [--config NAME] [--dry-run]
+
+Raw events are the batch's input, so a partition goes only when nothing can need it again:
+it is older than `retention_days` before the run's as_of, every file in it was absorbed by
+the live batch version (a compacted file through its record), and every row in it was
+ingested before both the live batch watermark and the speed layer's (so neither a later
+batch nor a speed rebuild reads it). Rollups, standings and manifests are never touched:
+history stays queryable and seasons can be recomputed from rollups. The newest partition
+deleted is noted in `lake/retention.json`, so a full recompute (which would silently miss
+the deleted events) is refused at validation (`jobs.release`). Old speed versions are found
+here and expired by the caller (`SpeedLayer.expire_version`, which only the DAG may import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from jobs.compact import SpeedWatermark, live_speed_watermark
+from leaderboard.lake import (
+    absorbed_with_compactions,
+    atomic_write_bytes,
+    events_dir,
+    fsync_dir,
+    landed_files,
+    stamp_range,
+)
+from leaderboard.manifest import Manifest, read_current
+from leaderboard.settings import Settings
+from leaderboard.timeutil import format_instant
+
+__all__ = [
+    "LEDGER",
+    "RetentionReport",
+    "apply_retention",
+    "deleted_through",
+    "expired_partitions",
+    "main",
+    "partition_blocker",
+    "retention_cutoff",
+    "speed_version_tags",
+    "stale_speed_tags",
+]
+
+#: The ledger of deleted partitions, under the lake dir.
+LEDGER = "retention.json"
+#: A landing temp file older than this is a crashed writer's leftover, not a write in progress.
+_ABANDONED_TEMP = timedelta(days=1)
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class RetentionReport:
+    as_of: date
+    cutoff: date
+    deleted: list[str] = field(default_factory=list)  # partition dates
+    kept: dict[str, str] = field(default_factory=dict)  # expired partition -> why it stays
+    files_deleted: int = 0
+    skipped: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"as_of": self.as_of.isoformat(), "cutoff": self.cutoff.isoformat(),
+                "deleted": self.deleted, "kept": self.kept, "files_deleted": self.files_deleted,
+                "skipped": self.skipped}
+
+
+# -- pure -----------------------------------------------------------------------------------
+
+def retention_cutoff(as_of: date, retention_days: int) -> date:
+    """Partitions before this date are older than `retention_days` at `as_of`."""
+    return as_of - timedelta(days=retention_days)
+
+
+def expired_partitions(days: Iterable[date], cutoff: date) -> list[date]:
+    return sorted(d for d in set(days) if d < cutoff)
+
+
+def partition_blocker(day: date, files: list[tuple[str, datetime]], *, absorbed: set[str],
+                      published: Manifest, watermark: datetime) -> str | None:
+    """Why an expired partition must stay (None: it may go). `files`: (relpath, newest
+    ingested_at) of each landed file in it; `watermark`: the earlier of the live batch
+    and speed watermarks."""
+    if day > published.as_of_date:
+        return f"newer than the live batch version ({published.as_of})"
+    for relpath, newest in files:
+        if relpath not in absorbed:
+            return f"{relpath} was not absorbed by the live batch version {published.version}"
+        if newest >= watermark:
+            return (f"{relpath} holds rows ingested at or after {format_instant(watermark)} "
+                    "(the batch or the speed layer still needs them)")
+    return None
+
+
+def stale_speed_tags(keys: Iterable[bytes | str], live_tag: str) -> set[str]:
+    """Version tags named by `lb:<tag>:progress` / `lb:<tag>:windows` keys, except the live
+    one's."""
+    tags = set()
+    for key in keys:
+        text = key.decode() if isinstance(key, bytes) else key
+        parts = text.split(":")
+        if len(parts) == 3 and parts[0] == "lb" and parts[2] in ("progress", "windows"):
+            tags.add(parts[1])
+    return tags - {live_tag}
+
+
+# -- I/O ------------------------------------------------------------------------------------
+
+def deleted_through(lake: Path) -> date | None:
+    """The newest raw-event partition retention deleted (None: never)."""
+    try:
+        ledger = json.loads((lake / LEDGER).read_text())
+    except FileNotFoundError:
+        return None
+    return date.fromisoformat(ledger["deleted_through"])
+
+
+def _note_deleted(lake: Path, days: list[date]) -> None:
+    path = lake / LEDGER
+    try:
+        ledger = json.loads(path.read_text())
+    except FileNotFoundError:
+        ledger = {"partitions": []}
+    partitions = sorted(set(ledger["partitions"]) | {d.isoformat() for d in days})
+    atomic_write_bytes(path, json.dumps({"deleted_through": partitions[-1],
+                                         "partitions": partitions}, indent=1).encode())
+
+
+def _open_writes(partition: Path) -> list[Path]:
+    """Landing temp files young enough to be a write in progress."""
+    now = time.time()
+    return [p for p in partition.glob(".part-*.tmp")
+            if now - p.stat().st_mtime < _ABANDONED_TEMP.total_seconds()]
+
+
+def _delete_partition(partition: Path) -> int:
+    """Every file of the partition, then the directory; returns the files deleted. A file
+    that lands meanwhile keeps the directory (rmdir refuses), and is seen next time."""
+    deleted = 0
+    for path in sorted(partition.iterdir()):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+            deleted += 1
+    fsync_dir(partition)
+    try:
+        partition.rmdir()
+    except OSError:
+        return deleted
+    fsync_dir(partition.parent)
+    return deleted
+
+
+def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
+                    dry_run: bool = False, say: Say | None = None) -> RetentionReport:
+    """Delete the expired raw-event partitions nothing needs any more; safe to rerun."""
+    say = say or (lambda _message: None)
+    cutoff = retention_cutoff(as_of, retention_days)
+    report = RetentionReport(as_of, cutoff)
+    published = read_current(lake)
+    if published is None:
+        report.skipped = "no published batch version: every raw event is still needed"
+        say(report.skipped)
+        return report
+    watermark = published.watermark_at
+    if speed.present:
+        if speed.watermark is None:
+            report.skipped = "the speed layer has no batch version yet: it may need any file"
+            say(report.skipped)
+            return report
+        watermark = min(watermark, speed.watermark)
+    absorbed = absorbed_with_compactions(lake, published.inputs.get("files", {}))
+    by_day: dict[date, list[tuple[str, datetime]]] = {}
+    for landed in landed_files(lake):
+        if landed.ingest_date < cutoff:
+            by_day.setdefault(landed.ingest_date, []).append(
+                (str(landed.path.relative_to(lake)), stamp_range(landed.path)[1]))
+    partitions = [date.fromisoformat(p.name.removeprefix("ingest_date="))
+                  for p in events_dir(lake).glob("ingest_date=*") if p.is_dir()]
+    gone = []
+    for day in expired_partitions(partitions, cutoff):
+        partition = events_dir(lake) / f"ingest_date={day.isoformat()}"
+        reason = partition_blocker(day, by_day.get(day, []), absorbed=absorbed,
+                                   published=published, watermark=watermark)
+        if reason is None and _open_writes(partition):
+            reason = "a writer is writing into it"
+        if reason is not None:
+            report.kept[day.isoformat()] = reason
+            say(f"keeping partition {day}: {reason}")
+            continue
+        if not dry_run:
+            report.files_deleted += _delete_partition(partition)
+        gone.append(day)
+        report.deleted.append(day.isoformat())
+    if gone and not dry_run:
+        _note_deleted(lake, gone)
+    say(f"retention ({retention_days} days before {as_of}): deleted {len(gone)} partition(s), "
+        f"kept {len(report.kept)} expired one(s)")
+    return report
+
+
+def speed_version_tags(client: Any) -> set[str]:
+    """Every speed version tag with state in Redis that is not already set to expire."""
+    found = set()
+    for pattern in ("lb:*:progress", "lb:*:windows"):
+        for key in client.scan_iter(match=pattern, count=1000):
+            if client.ttl(key) == -1:
+                found.add(key)
+    return stale_speed_tags(found, live_tag="")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--as-of", required=True, help="the run's date, YYYY-MM-DD")
+    parser.add_argument("--data", help="data dir (env LEADERBOARD_DATA)")
+    parser.add_argument("--config", help="board registry (env LEADERBOARD_CONFIG)")
+    parser.add_argument("--dry-run", action="store_true", help="report, delete nothing")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env(data_dir=args.data, config=args.config)
+    report = apply_retention(settings.lake_dir, date.fromisoformat(args.as_of),
+                             settings.registry.retention_days,
+                             speed=live_speed_watermark(settings), dry_run=args.dry_run,
+                             say=lambda message: print(message, file=sys.stderr))
+    print(json.dumps(report.as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

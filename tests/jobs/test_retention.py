@@ -1,0 +1,202 @@
+"""Retention: old raw partitions go only when nothing needs them, and nothing changes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import date, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from lakes import day, land, random_stream
+from views import published_standings
+
+from jobs.batch import run_batch
+from jobs.compact import SpeedWatermark, compact_partition
+from jobs.retention import (
+    LEDGER,
+    apply_retention,
+    deleted_through,
+    expired_partitions,
+    partition_blocker,
+    retention_cutoff,
+    speed_version_tags,
+    stale_speed_tags,
+)
+from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.manifest import list_versions, read_current, watermark_for
+from leaderboard.registry import load_registry
+from leaderboard.schema import EVENT_SCHEMA, TIMESTAMP
+from leaderboard.settings import Settings
+
+START = day("2026-11-20")
+D = date(2026, 11, 20)
+NO_SPEED = SpeedWatermark(present=False)
+
+
+def settings_for(data: Path) -> Settings:
+    return Settings.from_env({"LEADERBOARD_DATA": str(data)})
+
+
+def partitions(lake: Path) -> list[date]:
+    return sorted({f.ingest_date for f in landed_files(lake)})
+
+
+def nights(data: Path, first: date, last: date) -> None:
+    as_of = first
+    while as_of <= last:
+        run_batch(settings_for(data), as_of)
+        as_of += timedelta(days=1)
+
+
+@pytest.fixture
+def world(tmp_path):
+    """Six days landed, nights run in order through D+5, and an untouched copy (`control`).
+
+    No re-deliveries in this stream: a re-delivery of an event whose raw row retention
+    deleted cannot be deduped any more (see docs/architecture.md), by design.
+    """
+    data = tmp_path / "data"
+    land(data / "lake", load_registry(), random_stream(
+        9, start=START, days=6, matches=120, duplicate_share=0.0, late_share=0.15))
+    nights(data, D, D + timedelta(days=5))
+    control = tmp_path / "control"
+    shutil.copytree(data, control)
+    return data, control
+
+
+# -- pure -----------------------------------------------------------------------------------
+
+def test_cutoff_and_expired_partitions():
+    cutoff = retention_cutoff(date(2026, 12, 31), 30)
+    assert cutoff == date(2026, 12, 1)
+    days = [date(2026, 11, 30), date(2026, 12, 1), date(2026, 11, 2), date(2026, 11, 30)]
+    assert expired_partitions(days, cutoff) == [date(2026, 11, 2), date(2026, 11, 30)]
+
+
+def test_partition_blocker_names_what_still_needs_the_partition():
+    class Live:
+        version, as_of, as_of_date = "v", D.isoformat(), D
+
+    mark = watermark_for(D)
+    early = mark - timedelta(hours=3)
+    ok = partition_blocker(D, [("a", early)], absorbed={"a"}, published=Live(), watermark=mark)
+    assert ok is None
+    assert "not absorbed" in partition_blocker(D, [("a", early), ("b", early)], absorbed={"a"},
+                                               published=Live(), watermark=mark)
+    assert "at or after" in partition_blocker(D, [("a", mark)], absorbed={"a"},
+                                              published=Live(), watermark=mark)
+    assert "newer" in partition_blocker(D + timedelta(days=1), [], absorbed=set(),
+                                        published=Live(), watermark=mark)
+
+
+def test_stale_speed_tags_are_every_version_but_the_live_one():
+    keys = [b"lb:20261120aaaaaa:progress", "lb:20261120aaaaaa:windows",
+            b"lb:20261121bbbbbb:windows", b"lb:{global|all-time}:20261119cccccc:M",
+            b"lb:current", b"lb:banned", b"lb:20261122dddddd:progress"]
+    assert stale_speed_tags(keys, "20261122dddddd") == {"20261120aaaaaa", "20261121bbbbbb"}
+
+
+# -- on a lake ------------------------------------------------------------------------------
+
+def test_old_absorbed_partitions_go_and_later_nights_publish_the_same(world):
+    data, control = world
+    lake = data / "lake"
+    as_of = D + timedelta(days=5)
+    report = apply_retention(lake, as_of, 2, speed=NO_SPEED)
+    cutoff = as_of - timedelta(days=2)
+    assert report.cutoff == cutoff
+    assert [date.fromisoformat(d) for d in report.deleted] == [
+        d for d in partitions(control / "lake") if d < cutoff]
+    assert all(d >= cutoff for d in partitions(lake))
+    assert not (lake / "events" / f"ingest_date={D}").exists()
+    assert deleted_through(lake) == cutoff - timedelta(days=1)
+    # rollups, standings and manifests are untouched: the live version reads as before
+    assert published_standings(lake) == published_standings(control / "lake")
+    assert len(list_versions(lake)) == len(list_versions(control / "lake"))
+    # rerunning is a no-op; later incremental nights equal the untouched lake's
+    assert apply_retention(lake, as_of, 2, speed=NO_SPEED).deleted == []
+    for later in (as_of + timedelta(days=1), as_of + timedelta(days=3)):
+        ours, theirs = run_batch(settings_for(data), later), run_batch(settings_for(control),
+                                                                      later)
+        assert ours.mode == theirs.mode == "incremental"
+        assert ours.events == theirs.events
+        assert published_standings(lake) == published_standings(control / "lake")
+
+
+def test_a_compacted_partition_goes_like_any_other(world):
+    data, _control = world
+    lake = data / "lake"
+    compact_partition(lake, D, speed=NO_SPEED)
+    assert any(f.writer == "compact" and f.ingest_date == D for f in landed_files(lake))
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED)
+    assert D.isoformat() in report.deleted
+    assert not (lake / "events" / f"ingest_date={D}").exists()
+
+
+def test_partitions_something_still_needs_stay(world):
+    data, _control = world
+    lake = data / "lake"
+    # a backfill file in partition D with a row stamped after the live watermark
+    late_stamp = watermark_for(D + timedelta(days=5)) + timedelta(hours=1)
+    rows = [{"match_id": "bf", "player_id": f"p{i}", "points": 1, "event_time": START,
+             "region": "na", "mode": "ranked", "server_id": "s"} for i in range(2)]
+    with LandingWriter(lake, "bf") as writer:
+        [backfill] = writer.land(pa.Table.from_pylist(rows, schema=EVENT_SCHEMA),
+                                 pa.array([START, late_stamp], TIMESTAMP))
+    assert backfill.ingest_date == D
+    # the speed layer on an older version keeps what it may still fold
+    behind = SpeedWatermark(present=True, watermark=watermark_for(D + timedelta(days=1)))
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=behind, dry_run=True)
+    # (it folds rows from D+2 00:00 on: partition D+1 is done with, D+2 is not)
+    assert str(D + timedelta(days=2)) in report.kept
+    assert str(D + timedelta(days=1)) in report.deleted
+    assert apply_retention(lake, D + timedelta(days=5), 2,
+                           speed=SpeedWatermark(present=True)).skipped
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED)
+    assert str(D) in report.kept
+    assert str(D) not in report.deleted
+    assert backfill.path.exists()
+    assert len(report.deleted) >= 1
+
+
+def test_nothing_goes_before_a_version_is_published(tmp_path):
+    lake = tmp_path / "lake"
+    land(lake, load_registry(), random_stream(3, start=START, days=2, matches=20))
+    before = landed_files(lake)
+    report = apply_retention(lake, D + timedelta(days=30), 1, speed=NO_SPEED)
+    assert report.skipped
+    assert landed_files(lake) == before
+    assert not (lake / LEDGER).exists()
+
+
+def test_dry_run_deletes_nothing(world):
+    lake = world[0] / "lake"
+    before = landed_files(lake)
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED, dry_run=True)
+    assert report.deleted
+    assert landed_files(lake) == before
+    assert deleted_through(lake) is None
+
+
+def test_the_ledger_accumulates(world):
+    lake = world[0] / "lake"
+    apply_retention(lake, D + timedelta(days=3), 2, speed=NO_SPEED)
+    apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED)
+    ledger = json.loads((lake / LEDGER).read_text())
+    assert ledger["deleted_through"] == str(D + timedelta(days=2))
+    assert ledger["partitions"] == sorted(ledger["partitions"])
+    assert read_current(lake) is not None
+
+
+@pytest.mark.redis
+def test_speed_version_tags_skips_versions_already_expiring(redis_client):
+    from leaderboard.speed_keys import progress_key, windows_key
+
+    for tag in ("20261120aaaaaa", "20261121bbbbbb"):
+        redis_client.hset(progress_key(tag), "t", 3)
+        redis_client.sadd(windows_key(tag), "global|all-time")
+    redis_client.expire(progress_key("20261121bbbbbb"), 60)
+    redis_client.expire(windows_key("20261121bbbbbb"), 60)
+    assert speed_version_tags(redis_client) == {"20261120aaaaaa"}
