@@ -135,6 +135,8 @@ class SpeedLayer:
         old = self.current()
         new = self.version_of(manifest)
         if new.tag == old.tag:
+            # Already live (or just pointed at on first use): fold whatever is still pending.
+            self.folder.catch_up(old)
             return old
         self.folder.catch_up(new)
         self.client.set(CURRENT, new.to_json())

@@ -224,3 +224,26 @@ def test_rebuild_after_redis_lost_everything(tmp_path):
         assert ingest_all(speed, lake, registry, events[:5]) == 5
     finally:
         server.stop()
+
+
+def test_rebase_on_a_fresh_redis_folds_what_is_pending(world, redis_client, tmp_path):
+    """Redis first meets a lake whose files past the watermark were landed without it: the
+    rebase onto the (already pointed-at) live version still folds them."""
+    lake, registry, _ = world
+    # Without the door at landing, re-deliveries would land and count twice until the next
+    # batch (the lambda trade): none here, so the speed state must equal the reference.
+    events = random_stream(23, start=START, days=3, duplicate_share=0.0)
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer)  # no speed layer: land only
+        for at, table in batches(events):
+            ingestor.ingest(table, now=at, source="t")
+    run_batch(Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)}), START.date())
+    speed = SpeedLayer(redis_client, registry, lake)
+    version = speed.rebase(read_current(lake))
+    assert speed.folder.pending(version) == []
+    got = merged_view(redis_client, version.tag)
+    want = expected_keys(lake, registry)
+    assert got  # events after the watermark were folded
+    for key, players in got.items():
+        for player, sort_key in players.items():
+            assert want[key][player] == sort_key, (key, player)
