@@ -123,9 +123,11 @@ def nightly_standings() -> None:
         The day's partition is closed when the interval's end plus `settle_minutes` has
         passed on the clock (`LEADERBOARD_NOW` in tests) and no landing writer holds an
         in-progress temp file (`.part-<writer>-<seq>.parquet.<hex>.tmp`) in it; a temp file
-        older than the settle time is a crashed writer's and does not count. Returns as_of.
+        untouched for an hour is a crashed writer's and does not count. Returns as_of.
         """
         from airflow.sdk import get_current_context
+
+        from leaderboard.lake import open_landing_writes
 
         context = get_current_context()
         params = context["params"]
@@ -138,11 +140,9 @@ def nightly_standings() -> None:
             log.info("landing for %s closes at %s; it is %s", as_of, end + settle, now)
             return PokeReturnValue(is_done=False)
         partition = settings.lake_dir / "events" / f"ingest_date={as_of.isoformat()}"
-        open_writes = [p.name for p in partition.glob(".part-*.tmp")
-                       if datetime.now(UTC).timestamp() - p.stat().st_mtime
-                       < max(settle.total_seconds(), 60)]
-        if open_writes:
-            log.info("a writer is still landing into %s: %s", partition, open_writes[:3])
+        writing = open_landing_writes(partition)
+        if writing:
+            log.info("a writer is still landing into %s: %s", partition, writing[0].name)
             return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=True, xcom_value=as_of.isoformat())
 

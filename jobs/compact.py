@@ -51,6 +51,7 @@ from leaderboard.lake import (
     events_dir,
     fsync_dir,
     landed_files,
+    open_landing_writes,
     stamp_range,
 )
 from leaderboard.manifest import Manifest, read_current
@@ -330,11 +331,6 @@ def _next_seq(lake: Path, day: date) -> int:
     return seq
 
 
-def _open_writes(partition: Path) -> list[str]:
-    """Landing temp files (`.part-<writer>-<seq>.parquet.<hex>.tmp`): a write in progress."""
-    return sorted(p.name for p in partition.glob(".part-*.tmp"))
-
-
 def compact_partition(
     lake: Path,
     day: date,
@@ -361,9 +357,10 @@ def compact_partition(
     report.resumed = finish_compactions(lake, day, say)
     published = read_current(lake)
     reason = partition_gate(day, published, speed)
-    if reason is None and _open_writes(partition):
-        reason = (f"a writer is still writing into partition {day} "
-                  f"({_open_writes(partition)[0]}); try again when it is closed")
+    writing = open_landing_writes(partition)
+    if reason is None and writing:
+        reason = (f"a writer is still writing into partition {day} ({writing[0].name}); "
+                  "try again when it is closed")
     if reason is not None:
         report.skipped = reason
         report.files_after = len([f for f in landed_files(lake) if f.ingest_date == day])

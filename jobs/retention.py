@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -33,6 +32,7 @@ from leaderboard.lake import (
     events_dir,
     fsync_dir,
     landed_files,
+    open_landing_writes,
     stamp_range,
 )
 from leaderboard.manifest import Manifest, read_current
@@ -54,8 +54,6 @@ __all__ = [
 
 #: The ledger of deleted partitions, under the lake dir.
 LEDGER = "retention.json"
-#: A landing temp file older than this is a crashed writer's leftover, not a write in progress.
-_ABANDONED_TEMP = timedelta(days=1)
 
 Say = Callable[[str], None]
 
@@ -136,13 +134,6 @@ def _note_deleted(lake: Path, days: list[date]) -> None:
                                          "partitions": partitions}, indent=1).encode())
 
 
-def _open_writes(partition: Path) -> list[Path]:
-    """Landing temp files young enough to be a write in progress."""
-    now = time.time()
-    return [p for p in partition.glob(".part-*.tmp")
-            if now - p.stat().st_mtime < _ABANDONED_TEMP.total_seconds()]
-
-
 def _delete_partition(partition: Path) -> int:
     """Every file of the partition, then the directory; returns the files deleted. A file
     that lands meanwhile keeps the directory (rmdir refuses), and is seen next time."""
@@ -191,7 +182,7 @@ def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: Spee
         partition = events_dir(lake) / f"ingest_date={day.isoformat()}"
         reason = partition_blocker(day, by_day.get(day, []), absorbed=absorbed,
                                    published=published, watermark=watermark)
-        if reason is None and _open_writes(partition):
+        if reason is None and open_landing_writes(partition):
             reason = "a writer is writing into it"
         if reason is not None:
             report.kept[day.isoformat()] = reason

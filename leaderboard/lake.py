@@ -30,6 +30,7 @@ __all__ = [
     "BACKFILL_FILE_ROWS",
     "COMPACTION_RECORD_SUFFIX",
     "COMPACTION_WRITER",
+    "LANDING_TEMP_STALE",
     "ROW_GROUP_SIZE",
     "LandedFile",
     "LandingWriter",
@@ -43,6 +44,7 @@ __all__ = [
     "events_dir",
     "fsync_dir",
     "landed_files",
+    "open_landing_writes",
     "parse_landed_name",
     "quarantine_dir",
     "stamp_range",
@@ -149,6 +151,28 @@ class LandedFile:
     ingest_date: date
     path: Path
     rows: int = -1
+
+
+#: A landing temp file untouched this long is a crashed writer's leftover (its seq is
+#: burned, it is never renamed), not a write in progress.
+LANDING_TEMP_STALE = timedelta(hours=1)
+
+
+def open_landing_writes(partition: Path, *, stale_after: timedelta = LANDING_TEMP_STALE,
+                        now: datetime | None = None) -> list[Path]:
+    """Landing writes in progress in a partition: temp files (`.part-<writer>-<seq>.parquet.
+    <hex>.tmp`, see `atomic_write_parquet`) touched within `stale_after` of `now`."""
+    if not partition.is_dir():
+        return []
+    clock = (now or datetime.now(UTC)).timestamp()
+    found = []
+    for temp in sorted(partition.glob(".part-*.tmp")):
+        try:
+            if clock - temp.stat().st_mtime < stale_after.total_seconds():
+                found.append(temp)
+        except FileNotFoundError:
+            continue  # renamed or removed meanwhile: that write is over
+    return found
 
 
 def parse_landed_name(path: Path) -> tuple[str, int] | None:

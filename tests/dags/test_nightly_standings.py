@@ -194,3 +194,23 @@ def test_a_failed_recompute_leaves_the_old_version_live_and_the_retry_publishes(
     assert live.as_of_date == NIGHTS[1]
     assert [m.as_of_date for m in list_versions(lake)] == [NIGHTS[0], NIGHTS[1]]
     assert published_standings(lake) == published_standings(control / "lake")
+
+
+@pytest.mark.redis
+def test_a_night_whose_landing_is_still_open_publishes_nothing(lakes, nightly, monkeypatch):
+    """The sensor reschedules until the interval's end plus the settle time has passed, and
+    times out (no retry) when it never does: nothing downstream runs."""
+    data, _control = lakes
+    as_of = NIGHTS[0]
+    closes = logical_date(as_of) + timedelta(minutes=15)
+    monkeypatch.setenv("LEADERBOARD_NOW", (closes - timedelta(minutes=1)).isoformat())
+    sensor = nightly.task_dict["wait_for_landing"]
+    sensor.poke_interval = 1
+    sensor.timeout = 3
+    run = nightly.test(logical_date=logical_date(as_of))
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert str(run.state) == "failed"
+    assert states["wait_for_landing"] == "failed"
+    assert states["recompute"] == "upstream_failed"
+    assert list_versions(data / "lake") == []
+    assert read_current(data / "lake") is None

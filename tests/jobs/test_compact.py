@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from leaderboard.lake import (
     absorbed_with_compactions,
     compacted_originals,
     landed_files,
+    open_landing_writes,
 )
 from leaderboard.manifest import read_current, watermark_for
 from leaderboard.registry import load_registry
@@ -145,6 +148,20 @@ def test_partition_gate_names_every_reason():
     assert "no batch version" in partition_gate(D, live, SpeedWatermark(present=True))
     assert partition_gate(D, live, speed_on(D)) is None
     assert partition_gate(D, live, SpeedWatermark(present=False)) is None
+
+
+def test_only_fresh_landing_temp_files_are_open_writes(tmp_path):
+    partition = tmp_path / f"ingest_date={D}"
+    partition.mkdir()
+    fresh = partition / ".part-t-000000000001.parquet.aaaa1111.tmp"
+    stale = partition / ".part-t-000000000002.parquet.bbbb2222.tmp"
+    for temp in (fresh, stale):
+        temp.write_bytes(b"")
+    crashed_long_ago = time.time() - 2 * 3600
+    os.utime(stale, (crashed_long_ago, crashed_long_ago))
+    (partition / "part-t-000000000003.parquet").write_bytes(b"")
+    assert open_landing_writes(partition) == [fresh]
+    assert open_landing_writes(tmp_path / "missing") == []
 
 
 # -- on a lake ------------------------------------------------------------------------------
