@@ -23,9 +23,25 @@ from leaderboard.sortkey import decode
 from leaderboard.speed_keys import BoardWindowKeys
 from serving.base import BaseBoard
 
-__all__ = ["Entry", "MergedBoard"]
+__all__ = ["RANK_SCRIPT", "Entry", "MergedBoard"]
 
 _CHUNK = 256
+
+#: One round trip for a player's merged key, the touched and merged counts above it and the
+#: two cardinalities. KEYS: M, T, B. ARGV: player, base key ('' if the base lacks the player).
+#: Reply: {key or '', count_T(> key), count_M(> key), |T|, |M|}.
+RANK_SCRIPT = """
+local p = ARGV[1]
+local x = false
+if redis.call('SISMEMBER', KEYS[3], p) == 0 then
+  x = redis.call('ZSCORE', KEYS[1], p)
+  if not x and not redis.call('ZSCORE', KEYS[2], p) and ARGV[2] ~= '' then x = ARGV[2] end
+end
+local t, m = redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1])
+if not x then return {'', 0, 0, t, m} end
+return {x, redis.call('ZCOUNT', KEYS[2], '(' .. x, '+inf'),
+        redis.call('ZCOUNT', KEYS[1], '(' .. x, '+inf'), t, m}
+"""
 
 
 @dataclass(frozen=True)
@@ -86,7 +102,7 @@ class MergedBoard:
     def _ties_before(self, key: int, player: str) -> int:
         """Merged entries with the same key listed before `player` (earliest ties only)."""
         start, end = self.base.count_above(key), self.base.count_at_least(key)
-        base_ids = self.base.players.slice(start, end - start).to_pylist()
+        base_ids = self.base.players_in(start, end)
         pipe = self.client.pipeline(transaction=False)
         pipe.zrangebyscore(self.keys.merged, key, key)
         pipe.zrangebyscore(self.keys.touched, key, key)
@@ -123,10 +139,25 @@ class MergedBoard:
     # -- queries ----------------------------------------------------------------------------
 
     def player(self, player: str) -> Entry | None:
-        key = self.keys_of([player])[0]
-        if key is None:
-            return None
-        return Entry(player, self.score_of(key), key, self.ranks_of([(key, player)])[0])
+        return self.lookup(player)[0]
+
+    def lookup(self, player: str) -> tuple[Entry | None, int]:
+        """(the player's entry or None, the board's total), in one round trip (two for an
+        `earliest` board whose key is tied)."""
+        base_key = self.base.key_of(player)
+        script = self.client.register_script(RANK_SCRIPT)
+        raw, touched_above, merged_above, touched, merged = script(
+            keys=[self.keys.merged, self.keys.touched, self.keys.banned],
+            args=[player, "" if base_key is None else base_key])
+        total = self.base.size - int(touched) + int(merged)
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if not text:
+            return None, total
+        key = int(float(text)) if ("e" in text or "." in text) else int(text)
+        above = self.base.count_above(key) - int(touched_above) + int(merged_above)
+        if self.ordinal:
+            above += self._ties_before(key, player)
+        return Entry(player, self.score_of(key), key, 1 + above), total
 
     def _base_walk(self, start: int, step: int, want: int) -> list[tuple[int, str]]:
         """Up to `want` base entries from index `start` moving by `step`, skipping players
@@ -138,11 +169,12 @@ class MergedBoard:
                 chunk = range(index, min(index + _CHUNK, self.base.size))
             else:
                 chunk = range(index, max(index - _CHUNK, -1), -1)
-            ids = [self.base.player_at(i) for i in chunk]
+            ids = (self.base.players_in(chunk[0], chunk[-1] + 1) if step > 0
+                   else self.base.players_in(chunk[-1], chunk[0] + 1)[::-1])
             touched = self.client.zmscore(self.keys.touched, ids)
             for i, player, t in zip(chunk, ids, touched, strict=True):
                 if t is None:
-                    found.append((int(self.base.keys[i]), player))
+                    found.append((self.base.key_at(i), player))
                     if len(found) >= want:
                         break
             index = chunk[-1] + step

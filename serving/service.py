@@ -90,37 +90,39 @@ class Leaderboards:
         return board, found
 
     def merged(self, board_name: str, window: str | None) -> MergedBoard:
+        return self._merged(board_name, window)[0]
+
+    def _merged(self, board_name: str, window: str | None) -> tuple[MergedBoard, _Loaded]:
         board, found = self.resolve(board_name, window)
         loaded = self.version()
         key = (loaded.version.tag, board.name, found.id)
         # Read once: another thread (the HTTP app's pool) may replace `_bases` meanwhile.
         base = self._bases.get(key)
         if base is None:
-            base = self._bases[key] = load_base(loaded.view, board.name, found.id)
+            base = self._bases[key] = load_base(loaded.view, board.name, found.id,
+                                                ordinal=board.ties == "earliest")
         bits = self.registry.calendar.time_bits(found.kind) if board.ties == "earliest" else 0
         return MergedBoard(board, found, bits, base, self.client,
-                           BoardWindowKeys(board.name, found.id, loaded.version.tag))
+                           BoardWindowKeys(board.name, found.id, loaded.version.tag)), loaded
 
     # -- queries ----------------------------------------------------------------------------
 
     def player(self, board: str, player: str, window: str | None = None) -> dict[str, Any]:
-        merged = self.merged(board, window)
-        entry = merged.player(player)
-        loaded = self.version()
+        merged, loaded = self._merged(board, window)
+        entry, total = merged.lookup(player)
         answer: dict[str, Any] = {"board": merged.board.name, "window": merged.window.id,
                                   "player_id": player}
         yesterday = None
         position = merged.base.position(player)
         if loaded.view is not None and position is not None:
-            yesterday = {"rank": int(merged.base.ranks[position]),
-                         "score": int(merged.base.scores[position]),
+            yesterday = {"rank": merged.base.rank_at(position),
+                         "score": merged.score_of(merged.base.key_at(position)),
                          "as_of": loaded.view.as_of}
         if entry is None:
             answer.update({"status": UNRANKED, "rank": None, "score": None,
-                           "percentile": None, "total": merged.total(),
+                           "percentile": None, "total": total,
                            "as_of_yesterday": yesterday, "change": None})
             return answer
-        total = merged.total()
         answer.update({
             "status": "ranked", "rank": entry.rank, "score": entry.score, "total": total,
             "percentile": 100.0 * (total - entry.rank + 1) / total,
