@@ -180,10 +180,12 @@ class TopCache:
     # -- top-N ------------------------------------------------------------------------------
 
     def top(self, boards: Leaderboards, board: str, n: int = 100, window: str | None = None,
-            cursor: str | None = None) -> dict[str, Any]:
+            cursor: str | None = None, *, encode: Callable[[dict[str, Any]], Any] | None = None
+            ) -> Any:
         """`boards.top(...)` through the cache. The version tag is read from Redis on every
         call (one GET), so a rebase is seen at once; while Redis fails, the last tag seen
-        stands in for it, so the stale answer of the right key can be found."""
+        stands in for it, so the stale answer of the right key can be found. `encode` (e.g.
+        to JSON bytes) is applied once per refresh and cached in place of the answer."""
         found_board, found = boards.resolve(board, window)  # QueryError: never cached
         failure: BaseException | None = None
         try:
@@ -199,11 +201,12 @@ class TopCache:
                     f"the speed layer (Redis) is unavailable ({exc}) and nothing is cached "
                     "yet; retry when Redis is back") from exc
             tag = last
-        key = (tag, found_board.name, found.id, n, cursor or "")
+        key = (tag, found_board.name, found.id, n, cursor or "", encode)
 
-        def compute() -> dict[str, Any]:
+        def compute() -> Any:
             if failure is not None:
                 raise failure
-            return boards.top(found_board.name, n, found.id, cursor)
+            answer = boards.top(found_board.name, n, found.id, cursor)
+            return answer if encode is None else encode(answer)
 
         return self.get(key, compute)

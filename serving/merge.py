@@ -55,6 +55,17 @@ class Entry:
         return {"player_id": self.player_id, "score": self.score, "rank": self.rank}
 
 
+_SCRIPTS: dict[int, Any] = {}
+
+
+def _rank_script(client: redis.Redis) -> Any:
+    """RANK_SCRIPT registered once per client (EVALSHA, loading it again after NOSCRIPT)."""
+    found = _SCRIPTS.get(id(client))
+    if found is None or found.registered_client is not client:
+        found = _SCRIPTS[id(client)] = client.register_script(RANK_SCRIPT)
+    return found
+
+
 def _order(entry: tuple[int, str]) -> tuple[int, str]:
     return (-entry[0], entry[1])
 
@@ -71,6 +82,7 @@ class MergedBoard:
         self.client = client
         self.keys = keys
         self.ordinal = board.ties == "earliest"
+        self._rank_script = _rank_script(client)
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -141,23 +153,23 @@ class MergedBoard:
     def player(self, player: str) -> Entry | None:
         return self.lookup(player)[0]
 
-    def lookup(self, player: str) -> tuple[Entry | None, int]:
-        """(the player's entry or None, the board's total), in one round trip (two for an
-        `earliest` board whose key is tied)."""
-        base_key = self.base.key_of(player)
-        script = self.client.register_script(RANK_SCRIPT)
-        raw, touched_above, merged_above, touched, merged = script(
+    def lookup(self, player: str) -> tuple[Entry | None, int, int | None]:
+        """(the player's entry or None, the board's total, the player's base position or
+        None), in one round trip (two for an `earliest` board whose key is tied)."""
+        position = self.base.position(player)
+        base_key = None if position is None else self.base.key_at(position)
+        raw, touched_above, merged_above, touched, merged = self._rank_script(
             keys=[self.keys.merged, self.keys.touched, self.keys.banned],
             args=[player, "" if base_key is None else base_key])
         total = self.base.size - int(touched) + int(merged)
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         if not text:
-            return None, total
+            return None, total, position
         key = int(float(text)) if ("e" in text or "." in text) else int(text)
         above = self.base.count_above(key) - int(touched_above) + int(merged_above)
         if self.ordinal:
             above += self._ties_before(key, player)
-        return Entry(player, self.score_of(key), key, 1 + above), total
+        return Entry(player, self.score_of(key), key, 1 + above), total, position
 
     def _base_walk(self, start: int, step: int, want: int) -> list[tuple[int, str]]:
         """Up to `want` base entries from index `start` moving by `step`, skipping players

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -49,18 +50,35 @@ class _Loaded:
 
 class Leaderboards:
     def __init__(self, lake: Path, registry: Registry, client: redis.Redis,
-                 now: Callable[[], datetime]) -> None:
+                 now: Callable[[], datetime], *, pointer_ttl: float = 0.0) -> None:
+        """`pointer_ttl`: seconds the version pointer read from Redis is reused (0: read on
+        every query). A server may reuse it briefly: after a rebase flips the pointer, the
+        old version's keys live on for an hour, so a query up to that late is still answered
+        consistently from one version, just that much older."""
         self.lake = Path(lake)
         self.registry = registry
         self.client = client
         self.now = now
         self._loaded: _Loaded | None = None
+        self.pointer_ttl = pointer_ttl
+        self._pointer: tuple[float, SpeedVersion | None] | None = None
         self._bases: dict[tuple[str, str, str], BaseBoard] = {}
 
     # -- version and windows ----------------------------------------------------------------
 
-    def version(self) -> _Loaded:
+    def _read_pointer(self) -> SpeedVersion | None:
+        if self.pointer_ttl <= 0:
+            return read_current_version(self.client)
+        now = time.monotonic()
+        cached = self._pointer
+        if cached is not None and now - cached[0] < self.pointer_ttl:
+            return cached[1]
         pointer = read_current_version(self.client)
+        self._pointer = (now, pointer)
+        return pointer
+
+    def version(self) -> _Loaded:
+        pointer = self._read_pointer()
         if pointer is None:
             manifest = read_current(self.lake)
             pointer = SpeedVersion(None if manifest is None else manifest.version,
@@ -109,11 +127,10 @@ class Leaderboards:
 
     def player(self, board: str, player: str, window: str | None = None) -> dict[str, Any]:
         merged, loaded = self._merged(board, window)
-        entry, total = merged.lookup(player)
+        entry, total, position = merged.lookup(player)
         answer: dict[str, Any] = {"board": merged.board.name, "window": merged.window.id,
                                   "player_id": player}
         yesterday = None
-        position = merged.base.position(player)
         if loaded.view is not None and position is not None:
             yesterday = {"rank": merged.base.rank_at(position),
                          "score": merged.score_of(merged.base.key_at(position)),
