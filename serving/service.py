@@ -61,6 +61,7 @@ class Leaderboards:
         self.now = now
         self._loaded: _Loaded | None = None
         self.pointer_ttl = pointer_ttl
+        self._clock: Callable[[], float] = time.monotonic
         self._pointer: tuple[float, SpeedVersion | None] | None = None
         self._bases: dict[tuple[str, str, str], BaseBoard] = {}
 
@@ -69,7 +70,7 @@ class Leaderboards:
     def _read_pointer(self) -> SpeedVersion | None:
         if self.pointer_ttl <= 0:
             return read_current_version(self.client)
-        now = time.monotonic()
+        now = self._clock()
         cached = self._pointer
         if cached is not None and now - cached[0] < self.pointer_ttl:
             return cached[1]
