@@ -257,7 +257,7 @@ class DuckDBEngine:
                 GROUP BY board, window_id, player_id
             )
             SELECT board, window_id, player_id, sign, earliest, time_bits, matches,
-                   first_event_at, last_event_at, window_start_us,
+                   first_event_at, last_event_at, lst.m AS last_match_id, window_start_us,
                    CASE aggregation WHEN 'sum' THEN points_sum WHEN 'max' THEN mx.p
                                     WHEN 'min' THEN mn.p ELSE lst.p END AS score,
                    CASE aggregation WHEN 'sum' THEN epoch_us(last_event_at)
@@ -296,7 +296,7 @@ class DuckDBEngine:
             SELECT board, window_id, player_id, score, sort_key, rank::BIGINT AS rank,
                    100.0 * (total - rank + 1) / total AS percentile, matches,
                    make_timestamp(reached_us)::TIMESTAMPTZ AS reached_at,
-                   first_event_at, last_event_at, rn, total
+                   first_event_at, last_event_at, last_match_id, rn, total
             FROM r
         """)
         con.execute("DROP TABLE scored")
@@ -338,7 +338,7 @@ class DuckDBEngine:
         con.execute("SET preserve_insertion_order = true")
         reader = con.sql("""
             SELECT board, window_id, player_id, score, sort_key, rank, percentile, matches,
-                   reached_at, first_event_at, last_event_at
+                   reached_at, first_event_at, last_event_at, last_match_id
             FROM ranked ORDER BY board, window_id, rank, player_id
         """).to_arrow_reader(batch_size=256 * 1024)
         return reader, histograms, pa.table({}), windows

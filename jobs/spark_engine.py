@@ -27,9 +27,9 @@ the board-window's total.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.spec import DEPTH_BUCKETS, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
@@ -68,7 +69,7 @@ STANDINGS_COLUMNS = pa.schema([
     ("board", pa.string()), ("window_id", pa.string()), ("player_id", pa.string()),
     ("score", pa.int64()), ("sort_key", pa.int64()), ("rank", pa.int64()),
     ("percentile", pa.float64()), ("matches", pa.int64()), ("reached_at", TIMESTAMP),
-    ("first_event_at", TIMESTAMP), ("last_event_at", TIMESTAMP),
+    ("first_event_at", TIMESTAMP), ("last_event_at", TIMESTAMP), ("last_match_id", pa.string()),
 ])
 #: Histogram rows, as the DuckDB engine returns them.
 HISTOGRAM_COLUMNS = pa.schema([
@@ -93,10 +94,11 @@ _ROLLUP_INSTANTS = ("max_at", "min_at", "first_event_at", "last_event_at")
 
 # The columns ranked (sort_for_ranking), and the rows numbered (number_within_partitions).
 _RANK_INPUT = ("board", "window_id", "player_id", "earliest", "score", "sort_key", "matches",
-               "reached_us", "first_us", "last_us")
+               "reached_us", "first_us", "last_us", "last_match_id")
 _NUMBERED_DDL = ("board string, window_id string, player_id string, earliest boolean, "
                  "score bigint, sort_key bigint, matches bigint, reached_us bigint, "
-                 "first_us bigint, last_us bigint, pid int, local_rn bigint, local_tie bigint")
+                 "first_us bigint, last_us bigint, last_match_id string, pid int, "
+                 "local_rn bigint, local_tie bigint")
 
 
 def _us(instant: datetime) -> int:
@@ -633,7 +635,8 @@ class SparkEngine:
                   .agg(*_merge_aggregates())
                   .select("board", "window_id", "player_id", "is_banned", "sign", "earliest",
                           "time_bits", "matches", F.col("first_event_at").alias("first_us"),
-                          F.col("last_event_at").alias("last_us"), "window_start_us",
+                          F.col("last_event_at").alias("last_us"),
+                          F.col("lst.m").alias("last_match_id"), "window_start_us",
                           score.alias("score"), reached.alias("reached_us"))
                   .persist(StorageLevel.MEMORY_AND_DISK))
         self._cached.append(every)
@@ -684,7 +687,7 @@ class SparkEngine:
         out = ranked.select("board", "window_id", "player_id", "score", "sort_key", "rank",
                             "percentile", "matches", F.col("reached_us").alias("reached_at"),
                             F.col("first_us").alias("first_event_at"),
-                            F.col("last_us").alias("last_event_at"))
+                            F.col("last_us").alias("last_event_at"), "last_match_id")
         reader = self._ordered_reader(out)
         self._release()
         return reader, histograms, pa.table({}), windows
@@ -702,11 +705,10 @@ class SparkEngine:
             return pa.RecordBatchReader.from_batches(STANDINGS_COLUMNS, table.to_batches())
         if self.staging_dir is None:
             target = tempfile.mkdtemp(prefix="leaderboard-spark-standings-")
-            self._staged = target
         else:
-            target = os.path.join(self.staging_dir,
-                                  f"standings-{os.getpid()}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}")
-            self._staged = target
+            name = f"standings-{os.getpid()}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+            target = _for_spark(f"{self.staging_dir.rstrip('/')}/{name}")
+        self._staged = target
         out.write.mode("overwrite").parquet(target)
         return pa.RecordBatchReader.from_batches(
             STANDINGS_COLUMNS, _stream_parts(target, instants))
@@ -720,26 +722,37 @@ class SparkEngine:
         """Drop the cached frames and the staged standings (after the reader is drained)."""
         self._release()
         if self._staged is not None:
-            shutil.rmtree(self._staged, ignore_errors=True)
+            fs, path = _staging_fs(self._staged)
+            with contextlib.suppress(OSError):
+                fs.delete_dir(path)
             self._staged = None
 
 
 _PART = re.compile(r"^part-(\d+)")
 
 
+def _staging_fs(target: str) -> tuple[Any, str]:
+    """The pyarrow filesystem and path of a staging dir (Hadoop's s3a:// is pyarrow's s3://)."""
+    if not _SCHEME.match(target) or target.startswith("file:"):
+        return pafs.LocalFileSystem(), re.sub(r"^file:(//)?", "", target)
+    fs, path = pafs.FileSystem.from_uri(re.sub(r"^s3a://", "s3://", target))
+    return fs, str(path)
+
+
 def _stream_parts(folder: str, instants: Sequence[str]) -> Iterator[pa.RecordBatch]:
     """Record batches of a Spark-written Parquet folder in partition order."""
+    fs, path = _staging_fs(folder)
     parts = []
-    for name in os.listdir(folder):
-        match = _PART.match(name)
-        if match and name.endswith(".parquet"):
-            parts.append((int(match.group(1)), name))
-    for _, name in sorted(parts):
-        handle = pq.ParquetFile(os.path.join(folder, name))
-        for batch in handle.iter_batches(batch_size=256 * 1024):
-            table = _to_arrow(pa.Table.from_batches([batch]), STANDINGS_COLUMNS,
-                              instants=instants)
-            yield from table.to_batches()
+    for info in fs.get_file_info(pafs.FileSelector(path)):
+        match = _PART.match(info.base_name)
+        if match and info.base_name.endswith(".parquet"):
+            parts.append((int(match.group(1)), info.path))
+    for _, part in sorted(parts):
+        with fs.open_input_file(part) as handle:
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=256 * 1024):
+                table = _to_arrow(pa.Table.from_batches([batch]), STANDINGS_COLUMNS,
+                                  instants=instants)
+                yield from table.to_batches()
 
 
 def _calendar_wide(calendar: pa.Table, kinds: Sequence[str]) -> pa.Table:

@@ -42,10 +42,16 @@ ROLLUP_SCHEMA = pa.schema([
 ])
 
 #: A standings row (DESIGN.md section 3), with its board-window while in flight.
+#: `last_match_id`: the match of the player's latest counted event in the board-window (ties
+#: on event_time by the larger match_id, as the rollups' `last_match`), on every board. With
+#: last_event_at it is the mark of a `last` board's score, which the speed layer compares an
+#: event at the very same time against. Files published before it lack the column; readers
+#: treat it as absent (null).
 STANDINGS_SCHEMA = pa.schema([
     ("player_id", pa.string()), ("score", pa.int64()), ("sort_key", pa.int64()),
     ("rank", pa.int64()), ("percentile", pa.float64()), ("matches", pa.int64()),
     ("reached_at", TIMESTAMP), ("first_event_at", TIMESTAMP), ("last_event_at", TIMESTAMP),
+    ("last_match_id", pa.string()),
 ])
 
 #: Histogram rows: kind `width` (equal-width score buckets, for charts) or `depth` (equal

@@ -10,6 +10,7 @@ sees a half-built warehouse. Open it read-only: `duckdb -readonly data/warehouse
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import duckdb
@@ -22,8 +23,11 @@ from leaderboard.registry import Registry
 __all__ = ["refresh_warehouse", "warehouse_path"]
 
 _STANDINGS_COLUMNS = ("player_id, score, sort_key, rank, percentile, matches, reached_at, "
-                      "first_event_at, last_event_at")
+                      "first_event_at, last_event_at, last_match_id")
 _HISTOGRAM_COLUMNS = "kind, bucket, lower, upper, players, rank_from, rank_to"
+#: Columns that files published by older releases lack: (name, SQL type). Such files read
+#: as null there; a view over a mix of old and new files matches columns by name.
+_ADDED_COLUMNS = {"standings": (("last_match_id", "VARCHAR"),), "histograms": ()}
 
 
 def warehouse_path(data_dir: Path) -> Path:
@@ -75,6 +79,23 @@ def _boards_table(registry: Registry) -> pa.Table:
     })
 
 
+def _readable(con: duckdb.DuckDBPyConnection, paths: list[str], columns: str,
+              added: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """(select list, union_by_name) reading `columns` from `paths`, some of which may
+    predate the `added` columns: those read as null from such files, or are null
+    constants when no file has them."""
+    by_name = False
+    for column, sql_type in added:
+        holding = con.execute(
+            f"SELECT count(DISTINCT file_name) FROM parquet_schema({_paths_sql(paths)}) "
+            "WHERE name = ?", [column]).fetchall()[0][0]
+        if holding == 0:
+            columns = re.sub(rf"\b{column}\b", f"NULL::{sql_type} AS {column}", columns)
+        elif holding < len(paths):
+            by_name = True
+    return columns, "true" if by_name else "false"
+
+
 def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
     """Rebuild the warehouse views for the lake's current state; returns its path."""
     lake = (data_dir / "lake").resolve()
@@ -104,11 +125,12 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
             con.unregister("files_arrow")
             paths = sorted(set(files.column("path").to_pylist()))
             if paths:
+                columns, by_name = _readable(con, paths, columns, _ADDED_COLUMNS[name])
                 con.execute(f"""
                     CREATE VIEW {name} AS
                     SELECT f.as_of, f.version, f.board, f.window_id, {columns}
                     FROM read_parquet({_paths_sql(paths)}, filename = true,
-                                      hive_partitioning = false) s
+                                      hive_partitioning = false, union_by_name = {by_name}) s
                     JOIN {name}_files f ON f.path = s.filename AND f.window_id = s.window_id
                 """)
             else:

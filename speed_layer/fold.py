@@ -437,12 +437,16 @@ class BaseKeys:
             if table is not None and table.num_rows:
                 marks = None
                 if board.aggregation == "last":
-                    reached = _text(pc.cast(table.column("reached_at"), pa.int64())
-                                    .combine_chunks())
+                    # The mark of the base's score: its latest event, (last_event_at,
+                    # last_match_id) -- on a `last` board reached_at is that same instant.
+                    # Versions published before the column lack the match ('us|'): a speed
+                    # event at the very same instant then wins the tie.
+                    latest = _text(pc.cast(table.column("last_event_at"), pa.int64())
+                                   .combine_chunks())
                     last_match = (pc.fill_null(table.column("last_match_id"), "")
                                   .combine_chunks() if "last_match_id" in table.column_names
                                   else pa.array([""] * table.num_rows, pa.string()))
-                    marks = pc.binary_join_element_wise(pc.utf8_lpad(reached, 20, "0"),
+                    marks = pc.binary_join_element_wise(pc.utf8_lpad(latest, 20, "0"),
                                                         last_match, "|")
                 players = table.column("player_id").to_pylist()
                 found = _BaseWindow(dict(zip(players, range(len(players)), strict=True)),

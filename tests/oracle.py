@@ -31,6 +31,8 @@ class Row:
     reached_at: datetime
     first_event_at: datetime
     last_event_at: datetime
+    #: the match of the latest counted event (ties on event_time: the larger match_id)
+    last_match_id: str
 
 
 def absorbed_events(lake: Path, watermark: datetime | None) -> list[dict]:
@@ -87,13 +89,15 @@ def reference_standings(
                 state = players.get(event["player_id"])
                 if state is None:
                     players[event["player_id"]] = {
-                        "sum": event["points"], "best": event, "matches": 1,
+                        "sum": event["points"], "best": event, "latest": event, "matches": 1,
                         "first": event["event_time"], "last": event["event_time"]}
                     continue
                 state["sum"] += event["points"]
                 state["matches"] += 1
                 state["first"] = min(state["first"], event["event_time"])
                 state["last"] = max(state["last"], event["event_time"])
+                if _better("last", event, state["latest"]):
+                    state["latest"] = event
                 if board.aggregation != "sum" and _better(board.aggregation, event,
                                                           state["best"]):
                     state["best"] = event
@@ -129,6 +133,7 @@ def reference_standings(
             else:
                 rank = rows[-1].rank
             rows.append(Row(player_id, score, key, rank, 100.0 * (total - rank + 1) / total,
-                            state["matches"], reached, state["first"], state["last"]))
+                            state["matches"], reached, state["first"], state["last"],
+                            state["latest"]["match_id"]))
         result[(board_name, window_id)] = rows
     return result

@@ -46,7 +46,8 @@ def published(data: Path) -> dict[tuple[str, str], list[tuple]]:
 def expected(data: Path, registry, as_of: date) -> dict[tuple[str, str], list[tuple]]:
     reference = reference_standings(data / "lake", registry, as_of)
     return {k: [(r.player_id, r.score, r.sort_key, r.rank, r.percentile, r.matches,
-                 r.reached_at, r.first_event_at, r.last_event_at) for r in rows]
+                 r.reached_at, r.first_event_at, r.last_event_at, r.last_match_id)
+                for r in rows]
             for k, rows in reference.items()}
 
 
@@ -201,6 +202,38 @@ def test_a_backfill_file_spanning_the_watermark_is_absorbed_night_by_night(tmp_p
         assert read_current(tmp_path / "lake").inputs["mode"] == (
             "full" if as_of == date(2026, 11, 22) else "incremental")
         assert_matches_reference(tmp_path, registry, as_of)
+
+
+def test_last_match_id_is_the_latest_event_ties_by_the_larger_match(tmp_path):
+    """Every board carries the match of the latest counted event; on `last` boards it marks
+    the score (reached_at == last_event_at), ties on event_time going to the larger match_id
+    (here across two rollup rows: the regions differ)."""
+    config = tmp_path / "exotic.toml"
+    write_registry(config, EXOTIC)
+    registry = registry_from(EXOTIC)
+    at = day("2026-12-02T12:00:00")
+    base = {"player_id": "p", "mode": "ranked", "server_id": "s"}
+    events = [dict(base, match_id="naf23", points=-50, region="na", event_time=at,
+                   ingested_at=at),
+              dict(base, match_id="da3", points=1, region="eu", event_time=at,
+                   ingested_at=at + timedelta(hours=2)),
+              dict(base, match_id="zz", points=5, region="na",
+                   event_time=at - timedelta(hours=1), ingested_at=at)]
+    land(tmp_path / "lake", registry, events)
+    run_batch(settings_for(tmp_path, str(config)), date(2026, 12, 2))
+    assert_matches_reference(tmp_path, registry, date(2026, 12, 2))
+    view = open_current(tmp_path / "lake")
+    assert view is not None
+    for board, window_id in view.windows():
+        for row in view.standings(board, window_id).to_pylist():
+            # worst:eu sees only the eu event
+            latest = "da3" if board == "worst:eu" else "naf23"
+            assert row["last_match_id"] == latest, (board, window_id)
+            assert row["last_event_at"] == at
+            if registry.board(board).aggregation == "last":
+                assert row["reached_at"] == row["last_event_at"]
+    assert view.player("latest:ranked", "daily:2026-12-02", "p")["score"] == -50
+    assert view.player("best", "all-time", "p")["score"] == 5  # not the latest event's
 
 
 def test_windows_open_on_as_of_exist_even_without_data(tmp_path):

@@ -43,7 +43,7 @@ RANK_INPUT = pa.schema([
     ("board", pa.string()), ("window_id", pa.string()), ("player_id", pa.string()),
     ("earliest", pa.bool_()), ("score", pa.int64()), ("sort_key", pa.int64()),
     ("matches", pa.int64()), ("reached_us", pa.int64()), ("first_us", pa.int64()),
-    ("last_us", pa.int64()),
+    ("last_us", pa.int64()), ("last_match_id", pa.string()),
 ])
 
 
@@ -260,13 +260,15 @@ START = datetime(2026, 11, 29, tzinfo=UTC)
 
 
 def _tied_events(seed: int, players: int = 120, matches: int = 400) -> pa.Table:
-    """Few distinct points, so every board-window has large tie groups."""
+    """Few distinct points, so every board-window has large tie groups; whole hours, so
+    players also play several matches at the same instant (`last` boards and last_match_id
+    break those ties by the larger match_id)."""
     rng = random.Random(seed)
     rows: dict[str, list[Any]] = {name: [] for name in
                                   ("match_id", "player_id", "points", "event_time", "region",
                                    "mode", "server_id")}
     for number in range(matches):
-        at = START + timedelta(seconds=rng.randrange(2 * 86400))
+        at = START + timedelta(hours=rng.randrange(48))
         region, mode = rng.choice(["na", "eu"]), rng.choice(["ranked", "casual"])
         for player in rng.sample(range(players), 2):
             rows["match_id"].append(f"m{number}")
@@ -304,14 +306,18 @@ def test_engine_standings_match_duckdb_over_more_partitions(spark, tmp_path):
                                                    now=START + timedelta(days=2), source="test")
     assert report.accepted == 800
     files = sorted(str(p) for p in lake.glob("events/*/*.parquet"))
+    landed = pq.read_table(files, columns=["player_id", "event_time"])
+    assert landed.group_by(["player_id", "event_time"]).aggregate([]).num_rows < 790
     as_of = date(2026, 12, 1)
     calendar = calendar_table(registry, date(2026, 11, 28), date(2026, 12, 2))
     args = {"watermark": watermark_for(as_of), "since": None, "absorbed": [],
             "calendar": calendar, "bits": lateness_bits(registry)}
-    duck, spark_engine = DuckDBEngine(), SparkEngine(spark, rank_partitions=8)
+    staging = tmp_path / "staging"
+    duck = DuckDBEngine()
+    spark_engine = SparkEngine(spark, rank_partitions=8, staging_dir=str(staging))
     try:
         rollups, counted = duck.rollup_events(files, **args)
-        assert spark_engine.rollup_events(files, **args)[1] == counted == 800
+        assert counted == 800
         path = tmp_path / "rollups.parquet"
         pq.write_table(rollups, path)
         inputs = _standings_inputs(registry, path, rollups, as_of)
@@ -328,11 +334,13 @@ def test_engine_standings_match_duckdb_over_more_partitions(spark, tmp_path):
         assert got[1].equals(got[1].sort_by(order))
         assert got[1].equals(want[1].sort_by(order))
         assert got[3].equals(want[3])
+        assert len(list(staging.iterdir())) == 1  # the ordered rows, staged
     finally:
         duck.finish()
         spark_engine.finish()
         duck.close()
         spark_engine.close()
+    assert list(staging.iterdir()) == []  # finish() removes what it staged
     assert spark.sparkContext._jsc is not None  # close() leaves a session it did not build
 
 

@@ -108,3 +108,48 @@ def test_report_explains_a_missing_version_or_window(published_lake, tmp_path):
         score_distribution_png(published_lake / "lake", "global", "daily:2020-01-01",
                                date(2026, 11, 30), tmp_path / "x.png")
     assert not Path(tmp_path / "x.png").exists()
+
+
+def test_versions_published_before_last_match_id_still_load(tmp_path):
+    """Standings files of an older release lack last_match_id: alone they read as null, and
+    next to newer files (an incremental run keeps unchanged windows' files) by name."""
+    import pyarrow.parquet as pq
+
+    from leaderboard.manifest import read_current
+
+    registry = load_registry()
+    land(tmp_path / "lake", registry, random_stream(12, start=day("2026-11-27"), days=3,
+                                                    matches=60, regions=("na", "eu")))
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
+    run_batch(settings, date(2026, 11, 28))
+    lake = tmp_path / "lake"
+    old = sorted(set(read_current(lake).standings(lake).column("path").to_pylist()))
+    for path in old:
+        pq.write_table(pq.read_table(lake / path).drop_columns(["last_match_id"]), lake / path)
+    query = ("SELECT count(*), count(last_match_id) FROM standings_current "
+             "WHERE board = 'global' AND window_id = ?")
+    # the version of an older release: its files without the column
+    refresh_warehouse(tmp_path, registry)
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        rows, named = con.execute(query, ["all-time"]).fetchall()[0]
+        assert rows > 0
+        assert named == 0
+    finally:
+        con.close()
+    run_batch(settings, date(2026, 11, 29))  # rebuilds some windows, keeps the rest
+    index = read_current(lake).standings(lake).to_pylist()
+    kept = {(e["board"], e["window_id"]) for e in index if e["path"] in old and e["rows"]}
+    rebuilt = {(e["board"], e["window_id"]) for e in index if e["path"] not in old and e["rows"]}
+    assert kept
+    assert rebuilt
+    refresh_warehouse(tmp_path, registry)
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        counts = {(b, w): (rows, named) for b, w, rows, named in con.execute(
+            "SELECT board, window_id, count(*), count(last_match_id) FROM standings_current "
+            "GROUP BY ALL").fetchall()}
+    finally:
+        con.close()
+    assert {k: counts[k][1] for k in kept} == dict.fromkeys(kept, 0)  # the older release's
+    assert {k: counts[k][1] for k in rebuilt} == {k: counts[k][0] for k in rebuilt}

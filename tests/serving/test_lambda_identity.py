@@ -140,6 +140,15 @@ FOUND = {
         "bans": [("p", "ban", datetime(2026, 12, 3, tzinfo=UTC)),
                  ("p", "unban", datetime(2026, 12, 5, tzinfo=UTC))],
         "as_of": date(2026, 11, 27), "players": ["p", "q"]}),
+    # `last` board: a speed event at exactly the base's latest event_time; the larger
+    # match_id wins the tie ('naf23' > 'da3'), so the base's -50 stays. The base's mark
+    # needs the match id of its latest event (standings column last_match_id).
+    "last-tie-on-time-by-match": ("exotic", {
+        "events": [_event("naf23", "p", -50, datetime(2026, 12, 2, tzinfo=UTC),
+                          datetime(2026, 12, 2, tzinfo=UTC)),
+                   _event("da3", "p", 1, datetime(2026, 12, 2, tzinfo=UTC),
+                          datetime(2026, 12, 3, 0, 2, tzinfo=UTC))],
+        "bans": [], "as_of": date(2026, 12, 2), "players": ["p", "q"]}),
 }
 
 

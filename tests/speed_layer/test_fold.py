@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -11,15 +11,17 @@ from lakes import EXOTIC, day, land, random_stream, registry_from, write_registr
 from oracle import reference_standings
 
 from jobs.batch import run_batch
+from leaderboard.batch_view import BatchView
 from leaderboard.lake import landed_files
 from leaderboard.manifest import read_current, watermark_for
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
 from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion
-from speed_layer.fold import Folder
+from speed_layer.fold import BaseKeys, Folder
 
 pytestmark = pytest.mark.redis
 START = day("2026-11-28")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def merged(client, registry, tag: str) -> dict[tuple[str, str], dict[str, int]]:
@@ -97,3 +99,42 @@ def test_base_plus_speed_equals_reference(redis_client, world, tmp_path):
     keys = BoardWindowKeys("global", "all-time", version.tag)
     touched = redis_client.zcard(keys.touched)
     assert 0 < touched <= redis_client.zcard(keys.merged)
+
+
+def _strip_last_match_id(lake: Path) -> None:
+    """Rewrite the live version's standings files as a release before the column wrote
+    them."""
+    index = read_current(lake).standings(lake)
+    for path in sorted(set(index.column("path").to_pylist())):
+        table = pq.read_table(lake / path)
+        pq.write_table(table.drop_columns(["last_match_id"]), lake / path)
+
+
+def test_base_marks_of_last_boards_are_the_latest_event_and_its_match(tmp_path):
+    """BaseKeys marks a `last` board's base score 'us|match' (us: last_event_at, 20 digits),
+    the speed events' format; a version published before last_match_id gives 'us|'."""
+    config = tmp_path / "exotic.toml"
+    write_registry(config, EXOTIC)
+    registry = registry_from(EXOTIC)
+    lake = tmp_path / "lake"
+    land(lake, registry, random_stream(6, start=START, points=(-5, 0, 3, 3, 7, 20, 20)))
+    run_batch(Settings.from_env({"LEADERBOARD_DATA": str(tmp_path),
+                                 "LEADERBOARD_CONFIG": str(config)}), date(2026, 11, 30))
+    want = reference_standings(lake, registry, date(2026, 11, 30))
+
+    def marks(view) -> dict[tuple[str, str], dict[str, tuple[str, str]]]:
+        keys = BaseKeys(view)
+        return {(b, w): keys.lookup(registry.board(b), w) for b, w in want
+                if registry.board(b).aggregation == "last"}
+
+    def us(at) -> str:
+        return f"{(at - _EPOCH) // timedelta(microseconds=1):020d}"
+
+    got = marks(BatchView(lake, read_current(lake)))
+    assert sum(len(v) for v in got.values()) > 20
+    assert got == {k: {r.player_id: (str(r.sort_key), f"{us(r.reached_at)}|{r.last_match_id}")
+                       for r in rows} for k, rows in want.items() if k in got}
+    _strip_last_match_id(lake)
+    old = marks(BatchView(lake, read_current(lake)))
+    assert old == {k: {p: (key, mark.split("|")[0] + "|") for p, (key, mark) in v.items()}
+                   for k, v in got.items()}
