@@ -189,7 +189,8 @@ def nightly_standings() -> None:
             if master and not saved:
                 os.environ.pop("SPARK_MASTER", None)
         return {"version": result.manifest.version, "as_of": as_of, "mode": result.mode,
-                "engine": result.manifest.engine, "new_events": result.events}
+                "engine": result.manifest.engine, "new_events": result.events,
+                "spark_master": master or saved}
 
     @task
     def validate(batch: dict[str, Any]) -> str:

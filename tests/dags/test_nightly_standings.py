@@ -3,6 +3,8 @@ against a generated lake and a real Redis, publishing what `run_batch` publishes
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -214,3 +216,33 @@ def test_a_night_whose_landing_is_still_open_publishes_nothing(lakes, nightly, m
     assert states["recompute"] == "upstream_failed"
     assert list_versions(data / "lake") == []
     assert read_current(data / "lake") is None
+
+
+@pytest.mark.redis
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_runs_through_the_same_entry_point_on_the_connection_master(
+        lakes, nightly, monkeypatch):
+    """engine=spark: the master comes from the `spark_default` connection, and the night
+    publishes what DuckDB publishes for the same lake."""
+    if shutil.which("java") is None and "JAVA_HOME" not in os.environ:
+        pytest.skip("no Java runtime (set JAVA_HOME or put java on PATH)")
+    pytest.importorskip("pyspark")
+    data, control = lakes
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
+                       '{"conn_type": "spark", "host": "local[1]"}')
+    monkeypatch.setenv("SPARK_SHUFFLE_PARTITIONS", "2")
+    # a short-lived JVM: no UI, and the quick JIT tier alone starts and warms up faster
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false --driver-java-options"
+                       " -XX:TieredStopAtLevel=1 pyspark-shell")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # no INFO lines after pytest exits
+    run = nightly.test(logical_date=logical_date(NIGHTS[0]), run_conf={"engine": "spark"})
+    instances = {ti.task_id: ti for ti in run.get_task_instances()}
+    assert all(str(ti.state) == "success" for ti in instances.values())
+    batch = instances["recompute"].xcom_pull(task_ids="recompute")
+    assert batch["engine"] == "spark"
+    assert batch["spark_master"] == "local[1]"
+    assert "SPARK_MASTER" not in os.environ  # restored after the run
+    run_batch(settings_for(control), NIGHTS[0], engine="duckdb")
+    assert published_standings(data / "lake") == published_standings(control / "lake")
