@@ -199,6 +199,8 @@ class SpeedLayer:
     def ban(self, player: str, at: datetime, reason: str = "") -> int:
         """Tombstone in the lake, then vanish from every live board-window at once."""
         write_tombstone(self.lake, player, "ban", at, reason)
+        if player not in banned_players(self.lake):
+            return 0  # a later unban (or one at the same instant) already stands
         self.client.sadd(BANNED, player)
         version = self.current()
         base = self._base_keys_of(version, player)
@@ -219,6 +221,8 @@ class SpeedLayer:
         """Tombstone, then restore the player exactly: base keys back, and the player's
         events since the watermark replayed where they were already folded."""
         write_tombstone(self.lake, player, "unban", at)
+        if player in banned_players(self.lake):
+            return 0  # a later ban already stands: the lake's latest tombstone decides
         self.client.srem(BANNED, player)
         version = self.current()
         # Every board-window the ban touched: the live ones and the player's base ones (a

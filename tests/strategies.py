@@ -412,11 +412,13 @@ def lambda_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
     matches = draw(st.lists(st.text(string.ascii_lowercase, min_size=1, max_size=3),
                             min_size=1, max_size=8, unique=True))
     events: list[dict[str, Any]] = []
-    # Identities repeat only as re-deliveries within the horizon: a repeat past it is the
-    # documented lambda trade (the speed layer counts it until the batch dedupes it).
+    firsts: list[dict[str, Any]] = []
+    # Identities repeat only as re-deliveries within the horizon of the first delivery: a
+    # repeat past it is the documented lambda trade (the speed layer counts it until the
+    # batch dedupes it).
     for number in range(draw(st.integers(0, 30))):
-        if events and draw(st.integers(0, 9)) < 2:
-            original = draw(st.sampled_from(events))
+        if firsts and draw(st.integers(0, 9)) < 2:
+            original = draw(st.sampled_from(firsts))
             event = dict(draw(match_events(registry, players=players, start=start, end=end)))
             event["match_id"], event["player_id"] = original["match_id"], original["player_id"]
             event["event_time"] = min(event["event_time"], original["ingested_at"])
@@ -429,6 +431,7 @@ def lambda_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
                                          timedelta(days=2), timedelta(days=9)]))
             event["ingested_at"] = event["event_time"] + draw(
                 st.timedeltas(timedelta(0), late))
+            firsts.append(event)
         events.append(event)
     events.sort(key=lambda e: e["ingested_at"])
     bans = []
