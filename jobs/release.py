@@ -26,7 +26,14 @@ import pyarrow.parquet as pq
 
 from jobs.publish import PublishError, check_standings, window_runs
 from jobs.retention import deleted_through
-from leaderboard.manifest import Manifest, manifests_dir, read_current, read_version, swap_current
+from leaderboard.manifest import (
+    Manifest,
+    ManifestError,
+    manifests_dir,
+    read_current,
+    read_version,
+    swap_current,
+)
 from leaderboard.registry import Registry
 from leaderboard.settings import Settings
 
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env(data_dir=args.data, config=args.config)
     try:
         checked = validate_version(settings.lake_dir, args.version, registry=settings.registry)
-    except PublishError as exc:
+    except (PublishError, ManifestError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if not args.check_only:

@@ -141,7 +141,7 @@ def test_three_nights_publish_what_run_batch_publishes(lakes, nightly, redis_cli
     """A three-night backfill through the DAG equals the nights run in order with
     run_batch; every closed day ends compacted; a rerun of a middle night publishes the
     same standings for it and leaves the later live version in place."""
-    from leaderboard.speed_keys import read_current_version
+    from leaderboard.speed_keys import read_current_version, version_tag
 
     data, control = lakes
     lake = data / "lake"
@@ -160,6 +160,14 @@ def test_three_nights_publish_what_run_batch_publishes(lakes, nightly, redis_cli
         assert report["files_after"] == 1 < files_before[as_of] == report["files_before"]
     assert published_standings(lake) == published_standings(control / "lake")
     assert (data / "warehouse.duckdb").exists()
+    retained = instances["apply_retention"].xcom_pull(task_ids="apply_retention")
+    assert retained["cutoff"] == str(NIGHTS[-1] - timedelta(days=30))
+    assert retained["deleted"] == []
+    assert retained["speed_versions_expired"] == []  # the rebases already set them to expire
+    first_tag = version_tag(version_as_of(lake, NIGHTS[0]).version)
+    old_keys = list(redis_client.scan_iter(match=f"lb:*{first_tag}*"))
+    assert old_keys
+    assert all(redis_client.ttl(key) > 0 for key in old_keys)
     modes = [m.inputs["mode"] for m in list_versions(lake)]
     assert modes == ["full", "incremental", "incremental"]  # compaction forced no recompute
 

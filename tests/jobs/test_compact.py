@@ -368,3 +368,13 @@ def merged_state(client, tag: str) -> dict[bytes, list]:
     """Every merged zset of a speed version, with scores."""
     return {key: client.zrange(key, 0, -1, withscores=True)
             for key in sorted(client.scan_iter(match=f"lb:{{*}}:{tag}:M"))}
+
+
+def test_main_compacts_a_partition_from_the_command_line(world, clean_env, capsys):
+    from jobs.compact import main
+
+    data, _control = world
+    assert main(["--date", str(D), "--data", str(data)]) == 0  # no REDIS_URL: no speed layer
+    report = json.loads(capsys.readouterr().out)
+    assert report["files_after"] == 1
+    assert len(partition_files(data / "lake", D)) == 1

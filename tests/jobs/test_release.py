@@ -101,3 +101,19 @@ def test_a_full_recompute_after_retention_is_refused(data):
     full = run_batch(settings_for(data), D + timedelta(days=4), full=True, publish=False)
     with pytest.raises(PublishError, match="retention"):
         validate_version(lake, full.manifest.version, registry=load_registry())
+
+
+def test_main_checks_and_publishes_from_the_command_line(data, clean_env, capsys):
+    import json
+
+    from jobs.release import main
+
+    result = run_batch(settings_for(data), D, publish=False)
+    version = result.manifest.version
+    assert main(["--version", version, "--data", str(data), "--check-only"]) == 0
+    assert read_current(data / "lake") is None
+    assert main(["--version", version, "--data", str(data)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["published"] is True
+    assert read_current(data / "lake").version == version
+    assert main(["--version", "no-such-version", "--data", str(data)]) != 0

@@ -200,3 +200,15 @@ def test_speed_version_tags_skips_versions_already_expiring(redis_client):
     redis_client.expire(progress_key("20261121bbbbbb"), 60)
     redis_client.expire(windows_key("20261121bbbbbb"), 60)
     assert speed_version_tags(redis_client) == {"20261120aaaaaa"}
+
+
+def test_main_reports_a_dry_run_from_the_command_line(world, clean_env, capsys):
+    from jobs.retention import main
+
+    data, _control = world
+    before = landed_files(data / "lake")
+    assert main(["--as-of", str(D + timedelta(days=5)), "--data", str(data), "--dry-run"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["cutoff"] == str(D + timedelta(days=5 - 30))  # the shipped 30 days
+    assert report["deleted"] == []
+    assert landed_files(data / "lake") == before
