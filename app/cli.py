@@ -354,6 +354,37 @@ def _entries_table(title: str, entries: list[dict[str, Any]], mark: str | None =
     return table
 
 
+def render_top(answer: dict[str, Any]) -> Table:
+    """A `top` answer as a table (the CLI and the demo print the same)."""
+    return _entries_table(f"{answer['board']} {answer['window']}: top {len(answer['entries'])} "
+                          f"of {answer['total']:,}", answer["entries"])
+
+
+def render_rank(answer: dict[str, Any]) -> str:
+    """A `rank` answer as one line, with the move since the batch view's day."""
+    player, where = answer["player_id"], f"{answer['board']} {answer['window']}"
+    if answer["status"] != "ranked":
+        return f"{player} is unranked on {where} ({answer['total']:,} players)"
+    line = (f"{player} on {where}: rank {answer['rank']:,} of {answer['total']:,}, "
+            f"score {answer['score']:,}, percentile {answer['percentile']:.2f}")
+    yesterday = answer["as_of_yesterday"]
+    if yesterday is not None:
+        change = answer["change"]
+        moved = "no change" if change == 0 else (f"up {change}" if change > 0
+                                                 else f"down {-change}")
+        line += (f"; as of {yesterday['as_of']}: rank {yesterday['rank']:,}, score "
+                 f"{yesterday['score']:,} ({moved})")
+    return line
+
+
+def render_around(answer: dict[str, Any], player: str) -> Table | str:
+    where = f"{answer['board']} {answer['window']}"
+    if answer["player"] is None:
+        return f"{player} is unranked on {where}"
+    return _entries_table(f"{where}: around {player}",
+                          [*answer["above"], answer["player"], *answer["below"]], mark=player)
+
+
 @_read_command
 def _cmd_top(args: argparse.Namespace) -> int:
     from serving.service import MAX_TOP_N
@@ -363,8 +394,7 @@ def _cmd_top(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer))
         return 0
-    out.print(_entries_table(f"{answer['board']} {answer['window']}: top {n} of "
-                             f"{answer['total']:,}", answer["entries"]))
+    out.print(render_top(answer))
     return 0
 
 
@@ -374,20 +404,7 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer))
         return 0
-    where = f"{answer['board']} {answer['window']}"
-    if answer["status"] != "ranked":
-        out.print(f"{args.player} is unranked on {where} ({answer['total']:,} players)")
-        return 0
-    line = (f"{args.player} on {where}: rank {answer['rank']:,} of {answer['total']:,}, "
-            f"score {answer['score']:,}, percentile {answer['percentile']:.2f}")
-    yesterday = answer["as_of_yesterday"]
-    if yesterday is not None:
-        change = answer["change"]
-        moved = "no change" if change == 0 else (f"up {change}" if change > 0
-                                                 else f"down {-change}")
-        line += (f"; as of {yesterday['as_of']}: rank {yesterday['rank']:,}, score "
-                 f"{yesterday['score']:,} ({moved})")
-    out.print(line)
+    out.print(render_rank(answer))
     return 0
 
 
@@ -400,13 +417,7 @@ def _cmd_around(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer))
         return 0
-    where = f"{answer['board']} {answer['window']}"
-    if answer["player"] is None:
-        out.print(f"{args.player} is unranked on {where}")
-        return 0
-    out.print(_entries_table(f"{where}: around {args.player}",
-                             [*answer["above"], answer["player"], *answer["below"]],
-                             mark=args.player))
+    out.print(render_around(answer, args.player))
     return 0
 
 
@@ -440,7 +451,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         err.print("[yellow]warning:[/yellow] no server keys (LEADERBOARD_API_KEYS): "
                   "POST /v1/events answers 403 to everyone")
     err.print(f"serving on http://{args.host}:{args.port} (docs at /docs, {args.workers} "
-              f"worker(s), data {settings.data_dir}, Redis {os.environ['REDIS_URL']})")
+              f"worker(s), data {settings.data_dir}, Redis {os.environ['REDIS_URL']}); "
+              "Ctrl-C stops")
     uvicorn.run("app.http:create_app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level)
     return 0
@@ -451,7 +463,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from app.demo import run_demo
 
-    return run_demo(_settings(args), args, out=out, err=err)
+    status = run_demo(_settings(args), args, out=out, err=err)
+    if status != 0 or not args.serve:
+        return status
+    return _cmd_serve(args)
 
 
 # -- parser ---------------------------------------------------------------------------------
@@ -555,6 +570,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--dirty", type=float, default=0.02)
     demo.add_argument("--fresh", action="store_true", help="delete the demo's lake first")
+    demo.add_argument("--no-serve", dest="serve", action="store_false",
+                      help="exit after printing the answers instead of serving HTTP")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument("--workers", type=int, default=1)
+    demo.add_argument("--log-level", default="warning")
     return parser
 
 

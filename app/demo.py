@@ -2,8 +2,10 @@
 
 Generates a deterministic season into the data dir (once: a marker records the spec, so a
 rerun reuses it), lands it through the validating landing path, runs the nightly batch for
-every past day (incrementally after the first), refreshes the analysts' warehouse and prints
-the standings.
+every past day (incrementally after the first), refreshes the analysts' warehouse, folds
+today's events so far into the speed layer, and prints the game's answers (top 10, a player's
+rank with its move since yesterday, percentile and neighbours); `leaderboard demo` then serves
+HTTP unless --no-serve.
 """
 
 from __future__ import annotations
@@ -54,7 +56,31 @@ def run_demo(settings: Settings, args: argparse.Namespace, *, out: Console, err:
     _summarise_lake(settings, out)
     _run_batches(settings, spec.start, settings.now().date() - timedelta(days=1), out, err)
     _fold_today(settings, spec, out, err)
+    _show_answers(settings, out)
     return 0
+
+
+def _show_answers(settings: Settings, out: Console) -> None:
+    """The game's questions, answered by the serving layer (batch view + speed layer)."""
+    from app.cli import render_around, render_rank, render_top
+    from leaderboard.speed_keys import connect
+    from serving.service import Leaderboards, encode_cursor
+
+    boards = Leaderboards(settings.lake_dir, settings.registry, connect(settings),
+                          now=settings.now)
+    top = boards.top("global", 10, "all-time")
+    out.print(render_top(top))
+    if not top["entries"]:
+        return
+    # A player from the middle of the board: someone whose rank moves today.
+    middle = boards.top("global", 1, "all-time",
+                        encode_cursor(max(0, top["total"] // 2)))["entries"]
+    player = (middle or top["entries"])[0]["player_id"]
+    out.print(render_rank(boards.player("global", player, "all-time")))
+    out.print(render_around(boards.around("global", player, 3, "all-time"), player))
+    weekly = boards.player("global", player, "weekly")
+    out.print(render_rank(weekly))
+
 
 
 def _fold_today(settings: Settings, season: object, out: Console, err: Console) -> None:

@@ -28,7 +28,8 @@ from leaderboard.timeutil import format_instant
 from serving.base import BaseBoard, load_base
 from serving.merge import MergedBoard
 
-__all__ = ["MAX_AROUND_K", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED", "Leaderboards", "QueryError"]
+__all__ = ["MAX_AROUND_K", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED", "Leaderboards", "QueryError",
+           "encode_cursor"]
 
 UNRANKED = "unranked"
 
@@ -158,7 +159,7 @@ class Leaderboards:
         following = offset + len(entries)
         return {"board": merged.board.name, "window": merged.window.id, "total": total,
                 "entries": [e.as_dict() for e in entries],
-                "next_cursor": _encode_cursor(following) if following < total else None}
+                "next_cursor": encode_cursor(following) if following < total else None}
 
     def around(self, board: str, player: str, k: int = 5,
                window: str | None = None) -> dict[str, Any]:
@@ -243,7 +244,7 @@ class Leaderboards:
         return result
 
 
-def _encode_cursor(offset: int) -> str:
+def encode_cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
 
 

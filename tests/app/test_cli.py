@@ -232,3 +232,22 @@ def test_reads_print_tables_for_people(served, capsys):
 def test_bad_reads_exit_2(data, capsys, argv, says):
     assert main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+def test_demo_prints_merged_answers_and_a_rerun_changes_nothing(data, capsys):
+    argv = ["demo", "--players", "400", "--days", "3", "--events-per-day", "2000",
+            "--no-serve"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "global all-time: top 10 of" in printed
+    assert "on global all-time: rank" in printed
+    assert "global all-time: around" in printed
+    code, top = run_json(capsys, "top", "global", "-n", "10")
+    assert code == 0
+    assert top["total"] > 0
+    assert len(top["entries"]) == 10
+    for entry in top["entries"][:3]:  # the demo's table shows the serving layer's answers
+        assert f"{entry['player_id']} │ {entry['score']:,}" in printed
+    assert main(argv) == 0  # the season and today's batches are reused, not folded again
+    capsys.readouterr()
+    assert run_json(capsys, "top", "global", "-n", "10")[1] == top
