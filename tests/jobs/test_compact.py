@@ -70,7 +70,7 @@ def world(tmp_path):
     """A landed three-day stream (hourly micro-batches), version D published, and an
     untouched copy of the lake (`control`) to compare with."""
     data = tmp_path / "data"
-    land(data / "lake", load_registry(), random_stream(5, start=START, matches=150))
+    land(data / "lake", load_registry(), random_stream(5, start=START, matches=80))
     run_batch(settings_for(data), D)
     control = tmp_path / "control"
     shutil.copytree(data, control)
