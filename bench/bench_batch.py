@@ -21,13 +21,14 @@ Every time is given as wall seconds and as CPU seconds of this process and its c
 JVM included): on a shared, busy machine the wall clock also counts other people's work, so
 compare ratios, and prefer the CPU ones when the load average is above the core count. DuckDB
 runs under --memory-limit (its own default, 80% of RAM, starves everything else on a shared
-machine at full size); it spills to a temp dir beyond that.
+machine at full size) and spills beyond it, up to --temp-limit; a run that fails (out of memory
+or temp space) is reported with the stages it got through, and the other measurements go on.
 
 Usage: python bench/bench_batch.py [--players 1000000] [--events 20000000] [--days 30]
        [--dirty 0.02] [--seed 0] [--cache DIR] [--regenerate] [--floor-repeats 3]
-       [--memory-limit 8GB]
-       [--pandas-days N] [--spark-events 1000000] [--spark-players 50000]
-       [--skip incremental,pandas,spark] [--quick]
+       [--memory-limit 8GB] [--temp-limit 30GB] [--pandas-days N]
+       [--spark-events 1000000] [--spark-players 50000]
+       [--skip full,incremental,pandas,spark] [--quick]
 """
 
 from __future__ import annotations
@@ -186,6 +187,7 @@ class Timeline:
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     ended: float = 0.0
     cpu: float = 0.0  # CPU seconds of the run (see _cpu)
+    error: str = ""  # why the run failed, if it did (the times then run up to the failure)
     on_step: Callable[[str], None] | None = None
 
     def step(self, message: str) -> None:
@@ -193,9 +195,9 @@ class Timeline:
         if self.on_step is not None:
             self.on_step(message)
 
-    def add(self, label: str, seconds: float) -> None:
+    def add(self, label: str, seconds: float, *, count: bool = True) -> None:
         self.calls[label] += seconds
-        self.counts[label] += 1
+        self.counts[label] += count
 
     def stages(self) -> list[tuple[str, float]]:
         """(stage, seconds): before the first message, then from each message to the next."""
@@ -249,18 +251,26 @@ def _sql_label(sql: str) -> str:
 
 
 class _TimedConnection:
-    """A DuckDB connection that adds the time of each execute (and its fetch) to a timeline."""
+    """A DuckDB connection that adds the time of each execute or sql call (and of fetching
+    its result) to a timeline."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, timeline: Timeline) -> None:
         self._con = con
         self._timeline = timeline
 
-    def execute(self, sql: str, *args: Any, **kwargs: Any) -> _TimedResult:
+    def _call(self, method: str, sql: str, *args: Any, **kwargs: Any) -> _TimedResult:
         label = "sql: " + _sql_label(sql)
         began = time.perf_counter()
-        result = self._con.execute(sql, *args, **kwargs)
+        result = getattr(self._con, method)(sql, *args, **kwargs)
         self._timeline.add(label, time.perf_counter() - began)
         return _TimedResult(result, label, self._timeline)
+
+    def execute(self, sql: str, *args: Any, **kwargs: Any) -> _TimedResult:
+        return self._call("execute", sql, *args, **kwargs)
+
+    def sql(self, sql: str, *args: Any, **kwargs: Any) -> _TimedResult:
+        # DDL runs now; a SELECT gives a lazy relation that runs when fetched (timed below)
+        return self._call("sql", sql, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
@@ -272,7 +282,8 @@ class _TimedResult:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._result, name)
-        if name not in ("fetchall", "fetchone", "to_arrow_table", "fetch_arrow_table", "df"):
+        if name not in ("fetchall", "fetchone", "to_arrow_table", "fetch_arrow_table", "arrow",
+                        "df"):
             return attr  # to_arrow_reader is lazy: its work lands in the standings writer
 
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -280,7 +291,7 @@ class _TimedResult:
             try:
                 return attr(*args, **kwargs)
             finally:
-                self._timeline.add(self._label, time.perf_counter() - began)
+                self._timeline.add(self._label, time.perf_counter() - began, count=False)
         return timed
 
 
@@ -352,7 +363,9 @@ def _apply_limits(con: duckdb.DuckDBPyConnection, limits: dict[str, str]) -> Non
 
 
 def _run(settings: Settings, as_of: date, progress: Progress, label: str, *, engine: str,
-         full: bool, instrument: bool = True) -> tuple[batch.BatchResult, Timeline]:
+         full: bool, instrument: bool = True) -> tuple[batch.BatchResult | None, Timeline]:
+    """Time one run_batch call; a failure (out of memory or temp space, say) is returned in
+    the timeline, not raised, so the other measurements still run."""
     task = progress.add_task(f"{label}: starting", total=None)
     timeline = Timeline(on_step=lambda m: progress.update(task, description=f"{label}: {m}"))
     gc.collect()
@@ -360,8 +373,12 @@ def _run(settings: Settings, as_of: date, progress: Progress, label: str, *, eng
         with _engines(timeline, instrument):
             cpu = _cpu()
             timeline.began = time.perf_counter()
-            result = batch.run_batch(settings, as_of, engine=engine, full=full,
-                                     step=timeline.step)
+            result: batch.BatchResult | None = None
+            try:
+                result = batch.run_batch(settings, as_of, engine=engine, full=full,
+                                         step=timeline.step)
+            except Exception as exc:  # reported by the caller
+                timeline.error = f"{type(exc).__name__}: {exc}"[:400]
             timeline.ended = time.perf_counter()
             timeline.cpu = _cpu() - cpu
     finally:
@@ -377,6 +394,7 @@ def _connect(limits: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(config={"preserve_insertion_order": False})
     con.execute("SET TimeZone = 'UTC'")
     con.execute(f"SET threads = {os.cpu_count() or 2}")
+    con.execute("SET enable_progress_bar = false")
     _apply_limits(con, LIMITS if limits is None else limits)
     return con
 
@@ -547,37 +565,59 @@ def _per(wall: float, cpu: float) -> str:
     return f"{wall:.2f} s wall, {cpu:.2f} s CPU"
 
 
+def _failed(console: Console, title: str, timeline: Timeline) -> None:
+    _figures(console, title, [("failed after", _per(timeline.seconds, timeline.cpu)),
+                              ("error", timeline.error)])
+    _breakdown(console, f"{title}: where the time went before it failed", timeline)
+
+
 def _section_full(season: Season, scratch: Path, args: argparse.Namespace, console: Console,
-                  progress: Progress) -> Timeline:
-    """Sections 1 and 2; returns the full recompute's timeline."""
+                  progress: Progress) -> Timeline | None:
+    """Sections 1 and 2; returns the full recompute's timeline (None if skipped or failed)."""
     as_of = season.last_day
     files = season.files(as_of)
     task = progress.add_task(f"floor: best of {args.floor_repeats}", total=None)
     floor_s, floor_cpu, floor_rows = _floor(files, args.floor_repeats)
     progress.remove_task(task)
+    title = "1. full recompute vs the one-pass floor"
+    figures = [
+        ("as of / landed files read", f"{as_of} / {len(files):,}"),
+        (f"floor: GROUP BY player_id sum(points), best of {args.floor_repeats} "
+         f"({floor_rows:,} players)", _per(floor_s, floor_cpu)),
+    ]
+    if "full" in args.skip:
+        _figures(console, title + " (full recompute skipped)", figures)
+        return None
     with _data_dir(season, scratch, "full") as settings:
         result, full = _run(settings, as_of, progress, "full recompute", engine="duckdb",
                             full=True)
-        figures = [
-            ("as of / landed files read", f"{as_of} / {len(files):,}"),
+        if result is None:
+            _figures(console, title, figures)
+            _failed(console, "full recompute", full)
+            return None
+        figures += [
             ("events absorbed (deduped)", f"{result.events:,}"),
             ("board-windows built / standings rows",
              f"{result.windows_built:,} / {result.standings_rows:,}"),
             ("full recompute (run_batch full=True, DuckDB)", _per(full.seconds, full.cpu)),
-            (f"floor: GROUP BY player_id sum(points), best of {args.floor_repeats} "
-             f"({floor_rows:,} players)", _per(floor_s, floor_cpu)),
             ("full recompute / floor, wall", _ratio(full.seconds / floor_s, "<= 4x")),
             ("full recompute / floor, CPU", _ratio(full.cpu / floor_cpu, "<= 4x")),
         ]
-        _figures(console, "1. full recompute vs the one-pass floor", figures)
+        _figures(console, title, figures)
         _breakdown(console, "full recompute: where the time goes", full)
         if "incremental" in args.skip:
             return full
         # Section 2 reuses this data dir: as_of - 1 in full, then as_of incrementally.
         previous, before = _run(settings, as_of - _DAY, progress, "full recompute, day before",
                                 engine="duckdb", full=True, instrument=False)
+        if previous is None:
+            _failed(console, "2. full recompute as of the day before", before)
+            return full
         incremental, inc = _run(settings, as_of, progress, "incremental", engine="duckdb",
                                 full=False)
+        if incremental is None:
+            _failed(console, "2. incremental", inc)
+            return full
         figures = [
             ("full recompute as of the day before",
              f"{_per(before.seconds, before.cpu)} ({previous.events:,} events)"),
@@ -603,10 +643,13 @@ def _section_pandas(season: Season, scratch: Path, args: argparse.Namespace, con
     files = season.files(as_of)
     watermark = watermark_for(as_of)
     engine = full if days == season.spec.days else None
-    if engine is None:
+    if engine is None and "full" not in args.skip:
         with _data_dir(season, scratch, "pandas-subset") as settings:
             _, engine = _run(settings, as_of, progress, "engine on the pandas subset",
                              engine="duckdb", full=True, instrument=False)
+        if engine.error:
+            console.print(f"engine on the pandas subset failed: {engine.error}")
+            engine = None
     task = progress.add_task("DuckDB SQL, reduced job (child process)", total=None)
     sql = _reduced_job("duckdb", files, watermark)
     progress.remove_task(task)
@@ -629,16 +672,22 @@ def _section_pandas(season: Season, scratch: Path, args: argparse.Namespace, con
         ("reduced-job results agree (rows, rank sums, score sums)", "yes" if agree else
          f"NO: pandas {panda['all_time']} {panda['daily']} / "
          f"duckdb {sql['all_time']} {sql['daily']}"),
-        ("DuckDB engine: run_batch full (8 boards x 5 windows, published)",
-         _per(engine.seconds, engine.cpu)),
         ("pandas / DuckDB SQL, same reduced job, wall (like for like)",
          _ratio(panda["wall"] / sql["wall"], ">= 10x")),
         ("pandas / DuckDB SQL, same reduced job, CPU",
          f"{panda['cpu'] / sql['cpu']:.2f}x"),
-        ("pandas reduced job / DuckDB engine full job, wall",
-         _ratio(panda["wall"] / engine.seconds, ">= 10x")),
-        ("  same, without pandas' file reading", f"{(panda['wall'] - read) / engine.seconds:.2f}x"),
     ]
+    if engine is None:
+        figures.append(("DuckDB engine: run_batch full", "not run (skipped or failed)"))
+    else:
+        figures += [
+            ("DuckDB engine: run_batch full (every board and window, published)",
+             _per(engine.seconds, engine.cpu)),
+            ("pandas reduced job / DuckDB engine full job, wall",
+             _ratio(panda["wall"] / engine.seconds, ">= 10x")),
+            ("  same, without pandas' file reading",
+             f"{(panda['wall'] - read) / engine.seconds:.2f}x"),
+        ]
     _figures(console, "3. DuckDB vs plain pandas", figures)
 
 
@@ -689,6 +738,10 @@ def _section_spark(args: argparse.Namespace, cache: Path, scratch: Path, console
             with _data_dir(season, scratch, f"spark-{name.replace(' ', '-')}") as settings:
                 result, timeline = _run(settings, season.last_day, progress, f"spark {name}",
                                         engine="spark", full=True, instrument=False)
+            if result is None:
+                rows.append((f"{name} failed after {_per(timeline.seconds, timeline.cpu)}",
+                             timeline.error))
+                break
             runs[name] = timeline
             rows.append((f"{name}: {spec.players:,} players, {result.events:,} events, "
                          f"{result.standings_rows:,} standings rows",
@@ -732,7 +785,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="run section 3 on ingest days 1..N only (0: all days)")
     parser.add_argument("--spark-events", type=int, default=1_000_000)
     parser.add_argument("--spark-players", type=int, default=50_000)
-    parser.add_argument("--skip", default="", help="comma list of: incremental,pandas,spark")
+    parser.add_argument("--skip", default="",
+                        help="comma list of: full (the engine runs of sections 1-3; the floor "
+                             "still runs), incremental, pandas, spark")
     parser.add_argument("--quick", action="store_true",
                         help="a small run: 100k players, 2M events, Spark 200k/800k events")
     args = parser.parse_args(argv)
