@@ -112,6 +112,7 @@ LAMBDA_EXAMPLES = int(os.environ.get("LAMBDA_EXAMPLES", "0")) or None
                                  HealthCheck.function_scoped_fixture],
           **({"max_examples": LAMBDA_EXAMPLES} if LAMBDA_EXAMPLES else {}))
 @given(data=st.data(), registry_name=st.sampled_from(sorted(REGISTRIES)))
+@pytest.mark.timeout(2400)  # 300 worlds, each a batch run, take minutes on a busy machine
 def test_lambda_identity(redis_client, data, registry_name):
     world = data.draw(lambda_worlds(REGISTRIES[registry_name]))
     # Known limit (docs/architecture.md): a player the base already excludes (banned before
