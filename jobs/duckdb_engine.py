@@ -6,6 +6,7 @@ and returns an Arrow result; reading the lake and writing the version live in jo
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -168,8 +169,9 @@ class DuckDBEngine:
         if paths:
             con.sql(f"""
                 CREATE OR REPLACE TEMP TABLE rollup_old AS
-                SELECT r.* EXCLUDE (filename) FROM read_parquet({_sql_list(paths)},
-                                                                filename = true, hive_partitioning = false) r
+                SELECT r.* EXCLUDE (filename)
+                FROM read_parquet({_sql_list(paths)}, filename = true,
+                                  hive_partitioning = false) r
                 SEMI JOIN rollup_index i ON i.path = r.filename AND i.event_date = r.event_date
             """)
         else:
@@ -188,10 +190,8 @@ class DuckDBEngine:
         """).to_arrow_table()
         con.execute("DROP TABLE IF EXISTS rollup_old")
         for name in ["rollup_delta", "rollup_index"]:
-            try:
+            with contextlib.suppress(duckdb.Error):
                 con.unregister(name)
-            except duckdb.Error:
-                pass
         return table
 
     # -- standings --------------------------------------------------------------------------
@@ -222,8 +222,9 @@ class DuckDBEngine:
         if paths:
             con.sql(f"""
                 CREATE OR REPLACE TEMP VIEW rollups_v AS
-                SELECT r.* EXCLUDE (filename) FROM read_parquet({_sql_list(paths)},
-                                                                filename = true, hive_partitioning = false) r
+                SELECT r.* EXCLUDE (filename)
+                FROM read_parquet({_sql_list(paths)}, filename = true,
+                                  hive_partitioning = false) r
                 SEMI JOIN rollup_index i ON i.path = r.filename AND i.event_date = r.event_date
             """)
         else:
@@ -396,8 +397,6 @@ class DuckDBEngine:
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
         self.con.execute("DROP VIEW IF EXISTS rollups_v")
         for name in ("spec_t", "calendar_t", "needed_t", "banned_t", "rollup_index"):
-            try:
+            with contextlib.suppress(duckdb.Error):
                 self.con.unregister(name)
-            except duckdb.Error:
-                pass
 

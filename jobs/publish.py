@@ -193,7 +193,9 @@ class StandingsWriter:
         self._buffered = keep.num_rows
         if table.num_rows == 0:
             return
-        assert self._group is not None and self._writer is not None and self._target
+        assert self._group is not None
+        assert self._writer is not None
+        assert self._target
         board = self._group[0]
         check_standings(table, earliest=board in self.earliest_boards, banned=self.banned,
                         where=board)

@@ -18,11 +18,11 @@ from leaderboard.registry import Registry
 from leaderboard.schema import TIMESTAMP
 
 __all__ = [
+    "DEPTH_BUCKETS",
     "HISTOGRAM_SCHEMA",
     "ROLLUP_SCHEMA",
     "STANDINGS_SCHEMA",
     "WIDTH_BUCKETS",
-    "DEPTH_BUCKETS",
     "LatenessBit",
     "board_window_spec",
     "calendar_table",

@@ -155,7 +155,8 @@ class Calendar:
             return None
         if kind == ALL_TIME:
             return Window(_midnight(self.all_time_start), ALL_TIME, ALL_TIME, None)
-        raise WindowError(f"unknown window kind {kind!r}; expected one of {', '.join(WINDOW_KINDS)}")
+        raise WindowError(
+            f"unknown window kind {kind!r}; expected one of {', '.join(WINDOW_KINDS)}")
 
     def window(self, window_id: str) -> Window:
         """Parse a window id such as `weekly:2026-W49`; raises WindowError naming the problem."""
@@ -196,7 +197,8 @@ class Calendar:
             found = self._window_on(kind, day)
         except WindowError as exc:
             raise WindowError(f"window id {window_id!r} cannot be used: {exc}") from None
-        assert found is not None and found.id == window_id, (window_id, found)
+        assert found is not None, window_id
+        assert found.id == window_id, (window_id, found)
         return found
 
     def _season_start(self, season_id: str) -> date:

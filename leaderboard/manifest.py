@@ -28,8 +28,8 @@ __all__ = [
     "manifests_dir",
     "read_current",
     "read_version",
-    "version_as_of",
     "swap_current",
+    "version_as_of",
     "watermark_for",
     "write_version",
 ]

@@ -181,7 +181,8 @@ def _calendar(raw: dict[str, Any], source: str) -> Calendar:
         if not isinstance(item["id"], str) or not _SEASON_ID.match(item["id"]):
             raise _fail(source, f"{where}.id", "must be 1-32 chars of [A-Za-z0-9_.-]")
         try:
-            start, end = date.fromisoformat(str(item["start"])), date.fromisoformat(str(item["end"]))
+            start = date.fromisoformat(str(item["start"]))
+            end = date.fromisoformat(str(item["end"]))
         except ValueError:
             raise _fail(source, where, "start and end must be dates YYYY-MM-DD") from None
         if end <= start:
@@ -247,7 +248,7 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
     unknown = set(limits) - {"grace", "future_skew", "idempotency_horizon", "retention_days"}
     if unknown:
         raise _fail(source, f"limits.{sorted(unknown)[0]}", "is not a known key")
-    grace = _duration(limits, "grace", "7d", source, "limits.")
+    _duration(limits, "grace", "7d", source, "limits.")  # checked here; boards default to it
     future_skew = _duration(limits, "future_skew", "5m", source, "limits.")
     horizon = _duration(limits, "idempotency_horizon", "24h", source, "limits.")
     retention = limits.get("retention_days", 30)
@@ -292,8 +293,8 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
             elif value in known:
                 expansions = [(kind, value)]
             else:
-                raise _fail(source, f"{where}.scope",
-                            f"names {kind} {value!r}, which is not in `{kind}s` ({', '.join(known)})")
+                raise _fail(source, f"{where}.scope", f"names {kind} {value!r}, which is not "
+                            f"in `{kind}s` ({', '.join(known)})")
         else:
             raise _fail(source, f"{where}.scope",
                         f"is {scope!r}; use global, region:<r>, region:*, mode:<m> or mode:*")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-__all__ = ["parse_instant", "parse_date", "parse_duration", "to_utc", "format_instant"]
+__all__ = ["format_instant", "parse_date", "parse_duration", "parse_instant", "to_utc"]
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

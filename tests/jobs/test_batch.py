@@ -92,7 +92,9 @@ def test_incremental_runs_equal_full_recompute(world, tmp_path):
     first = run_batch(settings, date(2026, 11, 28))
     second = run_batch(settings, date(2026, 11, 29))
     third = run_batch(settings, date(2026, 12, 1))
-    assert first.mode == "full" and second.mode == "incremental" and third.mode == "incremental"
+    assert first.mode == "full"
+    assert second.mode == "incremental"
+    assert third.mode == "incremental"
     assert third.manifest.previous == second.manifest.version
     assert_matches_reference(data, registry, date(2026, 12, 1))
     fresh = tmp_path / "fresh"
@@ -304,7 +306,8 @@ def test_football_results_match_the_reference(tmp_path):
     run_batch(settings_for(tmp_path, "football"), date(2026, 7, 31))
     assert_matches_reference(tmp_path, registry, date(2026, 7, 31))
     top = published(tmp_path)[("global", "all-time")]
-    assert top[0][3] == 1 and top[1][3] >= 1
+    assert top[0][3] == 1
+    assert top[1][3] >= 1
     ties = [row for row in top if row[3] == top[-1][3]]
     assert len(ties) >= 1
 

@@ -45,7 +45,8 @@ def test_views_answer_the_readme_queries(published_lake):
             SELECT player_id, score, rank FROM standings
             WHERE as_of = DATE '2026-11-30' AND board = 'global' AND window_id = 'all-time'
             ORDER BY rank, player_id LIMIT 10""").fetchall()
-        assert top and top[0][2] == 1
+        assert top
+        assert top[0][2] == 1
         current = con.execute("""SELECT player_id, score, rank FROM standings_current
             WHERE board = 'global' AND window_id = 'all-time'
             ORDER BY rank, player_id LIMIT 10""").fetchall()

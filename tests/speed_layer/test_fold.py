@@ -55,7 +55,7 @@ def world(request, tmp_path):
 
 
 def test_speed_only_state_equals_reference(redis_client, world):
-    lake, registry, config = world
+    lake, registry, _config = world
     version = SpeedVersion(None, None)
     folder = Folder(redis_client, registry, lake)
     assert folder.catch_up(version) == len(landed_files(lake))
@@ -65,7 +65,7 @@ def test_speed_only_state_equals_reference(redis_client, world):
 
 
 def test_folding_everything_again_changes_nothing(redis_client, world):
-    lake, registry, config = world
+    lake, registry, _config = world
     version = SpeedVersion(None, None)
     folder = Folder(redis_client, registry, lake)
     folder.catch_up(version)

@@ -190,7 +190,7 @@ def test_rebase_flips_to_the_new_version_with_the_same_answers(world, redis_clie
     old = speed.current().tag
     new = speed.rebase(first)
     assert speed.current().tag == new.tag != old
-    assert 0 < redis_client.ttl(next(redis_client.scan_iter(match=f"lb:{{*}}:{old}:M")))
+    assert redis_client.ttl(next(redis_client.scan_iter(match=f"lb:{{*}}:{old}:M"))) > 0
     want = expected_keys(lake, registry)
     for (board, window_id), players in merged_view(redis_client, new.tag).items():
         for player, key in players.items():
