@@ -385,27 +385,29 @@ def render_around(answer: dict[str, Any], player: str) -> Table | str:
                           [*answer["above"], answer["player"], *answer["below"]], mark=player)
 
 
+def _emit(args: argparse.Namespace, answer: dict[str, Any],
+          render: Callable[[dict[str, Any]], Any]) -> int:
+    """A read's answer as JSON (--json) or rendered for people."""
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        out.print(render(answer))
+    return 0
+
+
 @_read_command
 def _cmd_top(args: argparse.Namespace) -> int:
     from serving.service import MAX_TOP_N
 
     n = _bounded(args.n, "-n", 1, MAX_TOP_N)
     answer = _query(args, lambda boards: boards.top(args.board, n, args.window))
-    if args.json:
-        print(json.dumps(answer))
-        return 0
-    out.print(render_top(answer))
-    return 0
+    return _emit(args, answer, render_top)
 
 
 @_read_command
 def _cmd_rank(args: argparse.Namespace) -> int:
     answer = _query(args, lambda boards: boards.player(args.board, args.player, args.window))
-    if args.json:
-        print(json.dumps(answer))
-        return 0
-    out.print(render_rank(answer))
-    return 0
+    return _emit(args, answer, render_rank)
 
 
 @_read_command
@@ -414,11 +416,7 @@ def _cmd_around(args: argparse.Namespace) -> int:
 
     k = _bounded(args.k, "-k", 1, MAX_AROUND_K)
     answer = _query(args, lambda boards: boards.around(args.board, args.player, k, args.window))
-    if args.json:
-        print(json.dumps(answer))
-        return 0
-    out.print(render_around(answer, args.player))
-    return 0
+    return _emit(args, answer, lambda found: render_around(found, args.player))
 
 
 # -- serve ------------------------------------------------------------------------------------
