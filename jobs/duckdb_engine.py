@@ -257,35 +257,32 @@ class DuckDBEngine:
             FROM (SELECT DISTINCT player_id FROM rollups_v)
         """)
         aggregations = set(spec.column("aggregation").to_pylist())
-        con.execute("""
-            CREATE OR REPLACE TEMP TABLE counted AS
-            WITH x AS (
-                SELECT r.* EXCLUDE (player_id), p.pc,
-                       unnest(['global', 'region:' || r.region, 'mode:' || r.mode]) AS scope_key
-                FROM rollups_v r JOIN players_i p USING (player_id)
-            )
-            SELECT b.bw, x.pc, x.matches, x.points_sum, x.max_points, x.max_at, x.min_points,
-                   x.min_at, x.last_points, x.last_match, x.first_event_at, x.last_event_at
-            FROM x
-            JOIN spec_i s ON s.scope_key = x.scope_key
-            JOIN cal_i c ON c.event_date = x.event_date AND c.kind = s.kind
-            JOIN bw_t b ON b.bno = s.bno AND b.wno = c.wno
-            WHERE s.bit < 0 OR ((x.mask >> s.bit) & 1) = 1
-        """)
-        # Windows that received data exist in the version even if bans empty them.
-        windows = con.sql("""
-            SELECT board, window_id FROM bw_t SEMI JOIN (SELECT DISTINCT bw FROM counted)
-                USING (bw)
-            ORDER BY ALL""").to_arrow_table()
         # Struct aggregates only for the aggregations the registry uses (`lst` always: it
         # gives last_match_id).
         mx = ("max({'p': max_points, 't': -epoch_us(max_at)})" if "max" in aggregations
               else "{'p': NULL::BIGINT, 't': NULL::BIGINT}")
         mn = ("min({'p': min_points, 't': epoch_us(min_at)})" if "min" in aggregations
               else "{'p': NULL::BIGINT, 't': NULL::BIGINT}")
+        # One statement from rollups to (board-window, player) aggregates: the exploded rows
+        # (15 a rollup row with the default registry) stream into the aggregate instead of
+        # being materialised. Banned players are kept here (a window that received only
+        # their events still exists) and dropped when ranking.
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE scored AS
-            WITH g AS (
+            WITH x AS (
+                SELECT r.* EXCLUDE (player_id), p.pc,
+                       unnest(['global', 'region:' || r.region, 'mode:' || r.mode]) AS scope_key
+                FROM rollups_v r JOIN players_i p USING (player_id)
+            ), counted AS (
+                SELECT b.bw, x.pc, x.matches, x.points_sum, x.max_points, x.max_at,
+                       x.min_points, x.min_at, x.last_points, x.last_match, x.first_event_at,
+                       x.last_event_at
+                FROM x
+                JOIN spec_i s ON s.scope_key = x.scope_key
+                JOIN cal_i c ON c.event_date = x.event_date AND c.kind = s.kind
+                JOIN bw_t b ON b.bno = s.bno AND b.wno = c.wno
+                WHERE s.bit < 0 OR ((x.mask >> s.bit) & 1) = 1
+            ), g AS (
                 SELECT bw, pc,
                        sum(matches)::BIGINT AS matches,
                        sum(points_sum)::BIGINT AS points_sum,
@@ -295,7 +292,6 @@ class DuckDBEngine:
                        min(first_event_at) AS first_event_at,
                        max(last_event_at) AS last_event_at
                 FROM counted
-                WHERE pc NOT IN (SELECT pc FROM players_i SEMI JOIN banned_t USING (player_id))
                 GROUP BY bw, pc
             )
             SELECT g.bw, g.pc, b.sign, b.earliest, b.time_bits, g.matches,
@@ -308,11 +304,20 @@ class DuckDBEngine:
                                       ELSE g.lst.t END AS reached_us
             FROM g JOIN bw_t b USING (bw)
         """)
-        con.execute("DROP TABLE counted")
+        # Windows that received data exist in the version even if bans empty them.
+        windows = con.sql("""
+            SELECT board, window_id FROM bw_t SEMI JOIN (SELECT DISTINCT bw FROM scored)
+                USING (bw)
+            ORDER BY ALL""").to_arrow_table()
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE banned_i AS
+            SELECT pc FROM players_i SEMI JOIN banned_t USING (player_id)
+        """)
         overflow = con.execute(f"""
             SELECT b.board, b.window_id, p.player_id, s.score, s.time_bits
             FROM scored s JOIN bw_t b USING (bw) JOIN players_i p USING (pc)
-            WHERE abs(s.score) > CASE WHEN s.earliest THEN (1::BIGINT << (53 - s.time_bits)) - 1
+            WHERE s.pc NOT IN (SELECT pc FROM banned_i)
+              AND abs(s.score) > CASE WHEN s.earliest THEN (1::BIGINT << (53 - s.time_bits)) - 1
                                       ELSE {_LIMIT_SHARED} END
             LIMIT 10
         """).to_arrow_table()
@@ -326,7 +331,7 @@ class DuckDBEngine:
                     (sign * score) * (1::BIGINT << time_bits)
                     + ((1::BIGINT << time_bits) - 1 - (reached_us - window_start_us) // 1000000)
                     ELSE sign * score END AS sort_key
-                FROM scored
+                FROM scored WHERE pc NOT IN (SELECT pc FROM banned_i)
             ), n AS (
                 SELECT *, row_number() OVER (PARTITION BY bw ORDER BY sort_key DESC, pc) AS rn,
                        rank() OVER (PARTITION BY bw ORDER BY sort_key DESC) AS shared_rank,
@@ -393,7 +398,7 @@ class DuckDBEngine:
         """Drop the per-run temp tables (after the standings reader is drained)."""
         self.con.execute("SET preserve_insertion_order = false")
         self.con.execute("DROP TABLE IF EXISTS ranked")
-        for table in ("spec_i", "cal_i", "bw_t", "players_i"):
+        for table in ("spec_i", "cal_i", "bw_t", "players_i", "banned_i"):
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
         self.con.execute("DROP VIEW IF EXISTS rollups_v")
         for name in ("spec_t", "calendar_t", "needed_t", "banned_t", "rollup_index"):
