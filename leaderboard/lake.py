@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from leaderboard.schema import LANDED_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP
+from leaderboard.schema import LANDED_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, conform
 from leaderboard.timeutil import to_utc
 
 __all__ = [
@@ -109,15 +109,6 @@ def _is_sorted(column: pa.ChunkedArray) -> bool:
         values = values.view(pa.int64())
     array = values.to_numpy()
     return bool((array[1:] >= array[:-1]).all())
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """table.cast(schema), without the cast when only the fields' nullability differs."""
-    if table.schema.names == schema.names and all(
-            column.type == field.type and (field.nullable or not column.null_count)
-            for column, field in zip(table.columns, schema, strict=True)):
-        return pa.Table.from_arrays(table.columns, schema=schema)
-    return table.cast(schema)
 
 
 def atomic_write_parquet(table: pa.Table, target: Path, *, sort_by: str | None = None,
@@ -314,7 +305,7 @@ class LandingWriter:
             stamp = to_utc(ingested_at)
             micros = (stamp - _EPOCH) // timedelta(microseconds=1)
             stamps = pa.array(np.full(table.num_rows, micros, dtype=np.int64)).view(TIMESTAMP)
-            stamped = _conform(table.append_column("ingested_at", stamps).select(schema.names),
+            stamped = conform(table.append_column("ingested_at", stamps).select(schema.names),
                                schema)
             groups: list[tuple[date, pa.Table]] = [(stamp.date(), stamped)]
         else:

@@ -11,6 +11,7 @@ __all__ = [
     "LANDED_SCHEMA",
     "QUARANTINE_SCHEMA",
     "TIMESTAMP",
+    "conform",
 ]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -46,3 +47,12 @@ QUARANTINE_SCHEMA = pa.schema(
         pa.field("ingested_at", TIMESTAMP, nullable=False),
     ]
 )
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """table.cast(schema), without the cast when only the fields' nullability differs."""
+    if table.schema.names == schema.names and all(
+            column.type == field.type and (field.nullable or not column.null_count)
+            for column, field in zip(table.columns, schema, strict=True)):
+        return pa.Table.from_arrays(table.columns, schema=schema)
+    return table.cast(schema)

@@ -19,7 +19,13 @@ import pyarrow.compute as pc
 
 from leaderboard.calendar import WindowError
 from leaderboard.registry import Registry
-from leaderboard.schema import EVENT_SCHEMA, INPUT_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP
+from leaderboard.schema import (
+    EVENT_SCHEMA,
+    INPUT_FIELDS,
+    QUARANTINE_SCHEMA,
+    TIMESTAMP,
+    conform,
+)
 from leaderboard.sortkey import max_abs_score
 from leaderboard.timeutil import to_utc
 
@@ -636,7 +642,7 @@ def validate_events(
     })
     if not ok.all():
         accepted = accepted.filter(pa.array(ok))
-    accepted = _conform(accepted, EVENT_SCHEMA)
+    accepted = conform(accepted, EVENT_SCHEMA)
     duplicates = 0
     if accepted.num_rows:
         keep = _first_occurrences(accepted)
@@ -658,15 +664,6 @@ def validate_events(
     rejected = pa.table(rejected_columns, schema=_REJECTED_SCHEMA)
     return Validated(accepted=accepted, rejected=rejected, duplicates=duplicates,
                      rejected_rows=bad_rows.astype(np.int64))
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """table.cast(schema), without the cast when only the fields' nullability differs."""
-    if table.schema.names == schema.names and all(
-            column.type == field.type and (field.nullable or not column.null_count)
-            for column, field in zip(table.columns, schema, strict=True)):
-        return pa.Table.from_arrays(table.columns, schema=schema)
-    return table.cast(schema)
 
 
 def _raw_text(raw: pa.ChunkedArray | None, n: int) -> pa.Array:
