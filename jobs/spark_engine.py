@@ -14,7 +14,7 @@ Inside Spark, instants are microseconds since the epoch (`unix_micros`) and date
 since the epoch (`unix_date`), so nothing depends on the session time zone; Arrow types are
 restored on the driver.
 
-Ranking never gathers a board-window into one partition (DESIGN.md section 4). Rows are
+Ranking never gathers a board-window into one partition (docs/design.md section 4). Rows are
 range-partitioned and sorted by (board, window_id, sort_key desc, player_id), so every
 partition holds a contiguous slice of the global order and a board-window may span many
 partitions. One pass over each partition numbers its rows within each board-window run

@@ -41,7 +41,7 @@ ROLLUP_SCHEMA = pa.schema([
     ("last_match", pa.string()), ("first_event_at", TIMESTAMP), ("last_event_at", TIMESTAMP),
 ])
 
-#: A standings row (DESIGN.md section 3), with its board-window while in flight.
+#: A standings row (docs/design.md section 3), with its board-window while in flight.
 #: `last_match_id`: the match of the player's latest counted event in the board-window (ties
 #: on event_time by the larger match_id, as the rollups' `last_match`), on every board. With
 #: last_event_at it is the mark of a `last` board's score, which the speed layer compares an

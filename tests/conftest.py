@@ -26,6 +26,8 @@ from leaderboard.registry import Registry, load_registry, parse_registry
 from leaderboard.schema import EVENT_SCHEMA, LANDED_SCHEMA
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The shipped real data set: a clone needs nothing beside it.
+FOOTBALL_RESULTS = REPO_ROOT / "datasets/football/international_results.csv"
 
 
 def _max_examples() -> int:
@@ -94,6 +96,12 @@ def registry() -> Registry:
 @pytest.fixture(scope="session")
 def football_registry() -> Registry:
     return load_registry("football")
+
+
+@pytest.fixture(scope="session")
+def football_results() -> Path:
+    """The real football results CSV shipped in the repository (datasets/football, CC0)."""
+    return FOOTBALL_RESULTS
 
 
 @pytest.fixture

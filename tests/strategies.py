@@ -2,7 +2,7 @@
 
 Everything random the suites draw lives here, so that the batch, speed and serving property
 tests (lambda identity, engine parity, exactly once) draw from the same distributions as the
-core tests. Strategies that produce *valid* data respect the contracts of DESIGN.md section 3;
+core tests. Strategies that produce *valid* data respect the contracts of docs/design.md section 3;
 `garbage_rows` produces anything a client could send.
 
 Import with `from strategies import ...` (pytest runs with `pythonpath = ["tests"]`).

@@ -288,7 +288,7 @@ def test_a_kill_at_any_step_leaves_the_old_version_live(world, crash_at):
     assert_matches_reference(data, registry, date(2026, 11, 30))
 
 
-def test_football_results_match_the_reference(tmp_path):
+def test_football_results_match_the_reference(tmp_path, football_results):
     import pyarrow.compute as pc
 
     from app.football import football_events
@@ -296,7 +296,7 @@ def test_football_results_match_the_reference(tmp_path):
     from speed_layer.ingest import Ingestor
 
     registry = load_registry("football")
-    table, _ = football_events(Path(__file__).parents[3] / "shared/data/international_results.csv")
+    table, _ = football_events(football_results)
     table = table.filter(pc.greater_equal(table.column("event_time"),
                                           pa.scalar(day("2022-01-01"), table.schema.field(
                                               "event_time").type)))

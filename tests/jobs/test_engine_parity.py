@@ -1,4 +1,4 @@
-"""Engine parity (DESIGN.md section 7.2): DuckDB and Spark publish identical standings.
+"""Engine parity (docs/design.md section 7.2): DuckDB and Spark publish identical standings.
 
 Each scenario lands one lake, copies it into two data dirs, runs `jobs.batch.run_batch` on
 each with one engine, and compares what was published, read back through the manifests:

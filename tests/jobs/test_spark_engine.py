@@ -1,9 +1,10 @@
 """The Spark engine's ranking: never one partition per board-window, exact across edges.
 
 The ranking range-partitions rows by (board, window_id, sort_key desc, player_id), numbers
-them inside each partition, and adds prefix offsets computed on the driver (DESIGN.md
-section 4). These tests pin the plan shape and the offset arithmetic where tie groups
-straddle partition edges; test_engine_parity.py holds whole batch runs to the DuckDB engine.
+them inside each partition, and adds prefix offsets computed on the driver
+(docs/design.md section 4). These tests pin the plan shape and the offset arithmetic where
+tie groups straddle partition edges; test_engine_parity.py holds whole batch runs to the
+DuckDB engine.
 """
 
 from __future__ import annotations

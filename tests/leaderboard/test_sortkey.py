@@ -30,7 +30,7 @@ EXACT = 2**53
     (0, "desc", "earliest", 2**17 - 1, 17, 0),
 ])
 def test_known_keys(score, order, ties, t, bits, key):
-    """The formula of DESIGN.md section 3, on a few hand-computed values."""
+    """The formula of docs/design.md section 3, on a few hand-computed values."""
     assert encode(score, order=order, ties=ties, t=t, time_bits=bits) == key
     assert decode(key, order=order, ties=ties, time_bits=bits) == (score, t)
 

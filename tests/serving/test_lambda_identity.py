@@ -215,14 +215,14 @@ def test_unban_across_the_watermark(redis_client, tmp_path):
     assert served.player("global", "x")["rank"] == 1
 
 
-def test_lambda_identity_on_the_football_results(redis_client, tmp_path):
+def test_lambda_identity_on_the_football_results(redis_client, tmp_path, football_results):
     """Batch up to 2024-06-30, speed for every match after, against batch(all)."""
     import pyarrow.compute as pc
 
     from app.football import football_events
 
     registry = load_registry("football")
-    table, _ = football_events(Path(__file__).parents[3] / "shared/data/international_results.csv")
+    table, _ = football_events(football_results)
     since = pa.scalar(datetime(2024, 1, 1, tzinfo=UTC), table.schema.field("event_time").type)
     table = table.filter(pc.greater_equal(table.column("event_time"), since))
     settings_ = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path),
