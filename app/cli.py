@@ -441,15 +441,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         os.environ["LEADERBOARD_CONFIG"] = settings.config
     if settings.now_override is not None:
         os.environ["LEADERBOARD_NOW"] = settings.now_override.isoformat()
-    if settings.redis_url is None:
+    redis_url = settings.redis_url
+    if redis_url is None:
+        # Started here, once; REDIS_URL stays unset so each worker follows the local server
+        # (to another port, if it is restarted on one) instead of pinning this URL.
         from leaderboard.redis_server import ensure_local_server
 
-        os.environ["REDIS_URL"] = ensure_local_server(settings.data_dir)
+        redis_url = ensure_local_server(settings.data_dir)
     if not config.keys.servers:
         err.print("[yellow]warning:[/yellow] no server keys (LEADERBOARD_API_KEYS): "
                   "POST /v1/events answers 403 to everyone")
     err.print(f"serving on http://{args.host}:{args.port} (docs at /docs, {args.workers} "
-              f"worker(s), data {settings.data_dir}, Redis {os.environ['REDIS_URL']}); "
+              f"worker(s), data {settings.data_dir}, Redis {redis_url}); "
               "Ctrl-C stops")
     uvicorn.run("app.http:create_app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level)

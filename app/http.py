@@ -342,13 +342,14 @@ class _Metrics:
 def _redis_client(settings: Settings) -> redis.Redis:
     """REDIS_URL, or the data dir's local server (the CLI's logic), with short timeouts and
     one retry: a request must fail fast (503, or a stale top-N) when Redis is gone."""
-    url = settings.redis_url
-    if url is None:
-        from leaderboard.redis_server import ensure_local_server
+    options: dict[str, Any] = {"protocol": 2, "socket_timeout": 2.0,
+                               "socket_connect_timeout": 2.0, "retry": Retry(NoBackoff(), 1)}
+    if settings.redis_url is None:
+        # Follows the local server to another port if it is restarted there.
+        from leaderboard.redis_server import local_server_client
 
-        url = ensure_local_server(settings.data_dir)
-    return redis.Redis.from_url(url, protocol=2, socket_timeout=2.0,
-                                socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 1))
+        return local_server_client(settings.data_dir, **options)
+    return redis.Redis.from_url(settings.redis_url, **options)
 
 
 class _Service:

@@ -35,6 +35,7 @@ __all__ = [
     "ensure_local_server",
     "find_server_binary",
     "free_port",
+    "local_server_client",
     "stop_local_server",
 ]
 
@@ -413,7 +414,11 @@ def _write_state(state_path: Path, state: dict[str, Any]) -> None:
 
 
 def _port_is_free(port: int) -> bool:
+    """Whether a server could listen on port now. SO_REUSEADDR as Redis binds: a port whose
+    previous server was killed keeps connections in TIME_WAIT for a minute, which a plain
+    bind counts as taken (and the server would then move to another port, and URL)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((_HOST, port))
         except OSError:
@@ -529,3 +534,37 @@ def stop_local_server(data_dir: Path, *, timeout: float = 30.0) -> bool:
             time.sleep(0.02)
         (redis_dir / _STATE_NAME).unlink(missing_ok=True)
         return True
+
+
+def _recorded_port(redis_dir: Path) -> int | None:
+    port = (_read_state(redis_dir / _STATE_NAME) or {}).get("port")
+    return port if isinstance(port, int) else None
+
+
+class _FollowingConnection(redis.Connection):
+    """A connection to the data dir's local server that reads its port from `server.json`
+    at each (re)connect: a long-running process (the HTTP app) follows a server restarted
+    on another port (by `speed repair`, say) instead of keeping a dead URL."""
+
+    def __init__(self, *, redis_dir: str, **kwargs: Any) -> None:
+        self.redis_dir = Path(redis_dir)
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+
+    def _connect(self) -> socket.socket:
+        port = _recorded_port(self.redis_dir)
+        if port is not None:
+            self.port = port
+        sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]
+        return sock
+
+
+def local_server_client(data_dir: Path, **kwargs: Any) -> redis.Redis:
+    """A client of the data dir's local server (started if it is not running) that follows
+    it across restarts: every new connection goes to the port the server last recorded.
+    `kwargs` are redis.Redis connection options (timeouts, retry, protocol)."""
+    url = ensure_local_server(data_dir)
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    redis_dir = Path(data_dir).resolve() / "redis"
+    pool = redis.ConnectionPool(connection_class=_FollowingConnection, host=_HOST, port=port,
+                                db=0, redis_dir=str(redis_dir), **kwargs)
+    return redis.Redis(connection_pool=pool)

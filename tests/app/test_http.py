@@ -458,3 +458,61 @@ def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
         server.wait(15)
     assert [r["server_id"] for r in _lake_rows(settings.lake_dir) if r["match_id"] == "h1"] == [
         "eu-1"]
+
+
+def test_serve_follows_the_local_server_after_a_crash(published, tmp_path):
+    """REDIS_URL unset: the data dir's own server is kill -9'd and `speed repair` brings it
+    back on another port (its old one taken); the running `serve` answers again at once."""
+    import json as _json
+    import signal
+    import socket
+
+    from leaderboard.redis_server import stop_local_server
+
+    data = tmp_path / "data"
+    shutil.copytree(published.data, data)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LEADERBOARD_") and k != "REDIS_URL"}
+    env.update(LEADERBOARD_NOW=NOW, LEADERBOARD_API_KEYS=str(_keys_file(tmp_path / "k.toml")))
+    cli = [sys.executable, "-m", "app.cli", "--data", str(data)]
+    subprocess.run([*cli, "speed", "rebuild"], env=env, check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen([*cli, "serve", "--port", str(port), "--log-level", "warning"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    def post(match: str) -> httpx.Response:
+        return httpx.post(f"{base}/v1/events", json={"events": [{**EVENT, "match_id": match}]},
+                          headers={"X-API-Key": KEY_EU}, timeout=10)
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                first = post("f1")
+                break
+            except httpx.TransportError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(server.stdout.read().decode()) from None
+                time.sleep(0.2)
+        assert first.status_code == 200, first.text
+        state = _json.loads((data / "redis" / "server.json").read_text())
+        os.kill(state["pid"], signal.SIGKILL)
+        while Path(f"/proc/{state['pid']}").exists() and "\nState:\tZ" not in Path(
+                f"/proc/{state['pid']}/status").read_text():
+            time.sleep(0.01)
+        assert post("f2").status_code == 503
+        with socket.socket() as squatter:
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind(("127.0.0.1", state["port"]))
+            squatter.listen()
+            subprocess.run([*cli, "speed", "repair"], env=env, check=True, capture_output=True)
+            moved = _json.loads((data / "redis" / "server.json").read_text())["port"]
+            assert moved != state["port"]
+            again = post("f3")
+            assert again.status_code == 200, again.text
+            assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+    finally:
+        server.terminate()
+        server.wait(15)
+        stop_local_server(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,12 +14,15 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from leaderboard.redis_server import (
     EmbeddedRedis,
     ensure_local_server,
     find_server_binary,
     free_port,
+    local_server_client,
     stop_local_server,
 )
 
@@ -215,3 +219,43 @@ def test_the_local_server_outlives_its_starter(data_dir: Path) -> None:
     url = first.stdout.strip()
     assert _client(url).ping()
     assert ensure_local_server(data_dir) == url
+
+
+def _kill_recorded_server(data_dir: Path) -> int:
+    """kill -9 the data dir's local server (as a crash would) and wait until it is gone."""
+    state = json.loads((data_dir / "redis" / "server.json").read_text())
+    os.kill(state["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while not _pid_gone(state["pid"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    port: int = state["port"]
+    return port
+
+
+def test_a_killed_server_comes_back_on_its_port(data_dir: Path) -> None:
+    """Connections the dead server held sit in TIME_WAIT on its port; the restart still binds
+    it (as Redis does, with SO_REUSEADDR), so every client's URL stays right."""
+    url = ensure_local_server(data_dir)
+    clients = [_client(url) for _ in range(3)]
+    for client in clients:
+        client.ping()
+    _kill_recorded_server(data_dir)
+    assert ensure_local_server(data_dir) == url
+    for client in clients:
+        client.close()
+
+
+def test_the_following_client_finds_a_server_restarted_on_another_port(data_dir: Path) -> None:
+    client = local_server_client(data_dir, retry=Retry(NoBackoff(), 1))
+    client.set("k", "v")
+    _wait_for_aof_write(client)
+    old_port = _kill_recorded_server(data_dir)
+    with socket.socket() as squatter:  # the old port is taken: the restart must move
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", old_port))
+        squatter.listen()
+        url = ensure_local_server(data_dir)
+        assert not url.endswith(f":{old_port}/0")
+        assert client.get("k") == b"v"
+    client.close()
