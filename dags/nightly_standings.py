@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 #: can move it without editing the file. Parsing reads no file, database or network.
 START = datetime.fromisoformat(os.environ.get("LEADERBOARD_DAG_START", "2026-12-01")).replace(
     tzinfo=UTC)
-#: Drill: `<batch step prefix>` makes the recompute task fail at that step on its first try
-#: (proves a failed night leaves the old version live and the retry publishes).
+#: Drill: a fault checkpoint of the batch (`leaderboard.faults`, e.g. `batch.checks`) at
+#: which the recompute task fails on its first try (proves a failed night leaves the old
+#: version live and the retry publishes).
 FAIL_FIRST_TRY_AT = "LEADERBOARD_FAIL_FIRST_TRY_AT"
 
 
@@ -153,12 +154,14 @@ def nightly_standings() -> None:
         it (incremental from the previous version, or full). `engine=spark` runs through the
         same entry point, on the master from the `spark_conn_id` connection when present.
         """
+        from contextlib import nullcontext
         from datetime import date
 
         from airflow.sdk import get_current_context
 
         from jobs.batch import run_batch
         from jobs.retention import deleted_through
+        from leaderboard import faults
 
         context = get_current_context()
         params = context["params"]
@@ -168,23 +171,18 @@ def nightly_standings() -> None:
         if gone is not None and day <= gone:
             raise ValueError(f"raw events through {gone} were deleted by retention: the night "
                              f"of {day} cannot be recomputed (its standings stay in the history)")
-        drill = os.environ.get(FAIL_FIRST_TRY_AT) if context["ti"].try_number == 1 else None
-
-        def step(message: str) -> None:
-            log.info("%s", message)
-            if drill and message.startswith(drill):
-                raise RuntimeError(f"drill: failing the first try at {message!r} "
-                                   f"({FAIL_FIRST_TRY_AT})")
-
         engine = params["engine"]
         saved = os.environ.get("SPARK_MASTER")
         master = _spark_master_from(params["spark_conn_id"]) if engine == "spark" else None
         if master and not saved:
             os.environ["SPARK_MASTER"] = master
             log.info("Spark master %s from connection %s", master, params["spark_conn_id"])
+        drill = os.environ.get(FAIL_FIRST_TRY_AT) if context["ti"].try_number == 1 else None
         try:
-            result = run_batch(settings, day, engine=engine, full=bool(params["full"]),
-                               step=step, publish=False)
+            with faults.injected(drill, faults.fail) if drill else nullcontext():
+                result = run_batch(settings, day, engine=engine, full=bool(params["full"]),
+                                   step=lambda message: log.info("%s", message),
+                                   publish=False)
         finally:
             if master and not saved:
                 os.environ.pop("SPARK_MASTER", None)

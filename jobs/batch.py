@@ -31,6 +31,7 @@ from jobs.publish import PublishError, StandingsWriter, seal
 from jobs.spec import ROLLUP_SCHEMA, board_window_spec, calendar_table, lateness_bits
 from leaderboard.bans import banned_players
 from leaderboard.calendar import ALL_TIME
+from leaderboard.faults import checkpoint
 from leaderboard.lake import (
     ROW_GROUP_SIZE,
     absorbed_with_compactions,
@@ -238,12 +239,12 @@ def run_batch(
     engine: str | None = None,
     full: bool = False,
     step: Step | None = None,
-    crash_at: str | None = None,
     publish: bool = True,
 ) -> BatchResult:
     """Compute, check and publish version as_of. Safe to rerun: same inputs, same standings.
 
-    `crash_at` (tests only) names a step at which to stop the process the hard way.
+    Fault checkpoints (`leaderboard.faults`): batch.rollups, batch.standings, batch.checks,
+    batch.manifest.
     `publish=False` writes and seals the version but leaves `current.json` alone (the DAG
     validates it, then publishes it in a task of its own).
     """
@@ -285,7 +286,7 @@ def run_batch(
                 [str(f.path) for f in files], watermark=watermark, since=None, absorbed=[],
                 calendar=calendar, bits=bits)
             say(f"deduped and rolled up {counted:,} events into {delta.num_rows:,} rollup rows")
-            _maybe_crash(crash_at, "rollups")
+            checkpoint("batch.rollups")
             rollups = _write_rollups(lake, delta, run)
             changed = _rollup_dates(delta)
         else:
@@ -303,7 +304,7 @@ def run_batch(
             rollups = base.rollups(lake)
             merged = eng.merge_rollups(
                 _rollup_index(lake, rollups, [d.isoformat() for d in changed]), delta)
-            _maybe_crash(crash_at, "rollups")
+            checkpoint("batch.rollups")
             rollups.update(_write_rollups(lake, merged, run))
 
         all_dates = sorted(date.fromisoformat(d) for d in rollups)
@@ -330,7 +331,7 @@ def run_batch(
             banned=banned)
         rows = writer.write_stream(reader)
         eng.finish()
-        _maybe_crash(crash_at, "standings")
+        checkpoint("batch.standings")
         built = {(b, w) for b, w, *_ in writer.entries}
         # A board-window exists iff it is open on as_of or counted events fell in it (a
         # window whose players are all banned stays, empty).
@@ -373,6 +374,7 @@ def run_batch(
                                                strict=True)}
 
         say("checking the version")
+        checkpoint("batch.checks")
         events_total = sum(e["events"] for e in rollups.values())
         expected_total = counted + (int(base.inputs.get("events", 0)) if base else 0)
         if events_total != expected_total:
@@ -405,7 +407,7 @@ def run_batch(
         )
         seal([lake / p for p in {e["path"] for e in rollups.values()}] + writer.paths)
         write_version(lake, manifest, rollups=_rollup_table(rollups), standings=standings)
-        _maybe_crash(crash_at, "manifest")
+        checkpoint("batch.manifest")
         if publish:
             swap_current(lake, manifest.version)
             say(f"published version {manifest.version}")
@@ -427,14 +429,6 @@ def _earliest_rollup_date(lake: Path, base: Manifest) -> date:
     even after retention deleted the raw events of that date)."""
     dates = base.rollups(lake)
     return min((date.fromisoformat(d) for d in dates), default=base.as_of_date)
-
-
-def _maybe_crash(crash_at: str | None, here: str) -> None:
-    if crash_at == here:
-        import os
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from leaderboard.faults import checkpoint
 from leaderboard.lake import (
     BACKFILL_FILE_ROWS,
     COMPACTION_RECORD_SUFFIX,
@@ -87,10 +88,6 @@ Say = Callable[[str], None]
 
 class CompactionError(RuntimeError):
     """A compaction that cannot be finished safely; the message says what to check."""
-
-
-class _Interrupted(RuntimeError):
-    """Raised by `crash_at` (tests only): the process stops between two durable steps."""
 
 
 @dataclass(frozen=True)
@@ -276,9 +273,11 @@ def _write_target(lake: Path, record: dict[str, Any]) -> Path:
     return target
 
 
-def _finish(lake: Path, record_path: Path, record: dict[str, Any], say: Say,
-            crash_at: str | None = None) -> None:
-    """Bring one compaction to its end state: new file verified, originals gone, done."""
+def _finish(lake: Path, record_path: Path, record: dict[str, Any], say: Say) -> None:
+    """Bring one compaction to its end state: new file verified, originals gone, done.
+
+    Fault checkpoints (`leaderboard.faults`): compact.written, compact.verified,
+    compact.deleted."""
     target = lake / record["target"]
     present = [o for o in record["originals"] if (lake / o["path"]).exists()]
     if not _verify(target, record):
@@ -290,15 +289,15 @@ def _finish(lake: Path, record_path: Path, record: dict[str, Any], say: Say,
                 f"{missing[:3]} are gone: restore them from a backup before running again")
         target.unlink(missing_ok=True)
         target = _write_target(lake, record)
-        _maybe_interrupt(crash_at, "written")
+        checkpoint("compact.written")
         if not _verify(target, record):
             raise CompactionError(f"{target} does not read back with the rows it was written "
                                   "with; the originals are kept (check the disk)")
-    _maybe_interrupt(crash_at, "verified")
+    checkpoint("compact.verified")
     for original in present:
         (lake / original["path"]).unlink(missing_ok=True)
     fsync_dir(target.parent)
-    _maybe_interrupt(crash_at, "deleted")
+    checkpoint("compact.deleted")
     record["done"] = True
     _write_record(record_path, record)
     say(f"compacted {len(record['originals'])} file(s) ({record['rows']} rows) into "
@@ -339,11 +338,10 @@ def compact_partition(
     small_rows: int = SMALL_FILE_ROWS,
     max_rows: int = BACKFILL_FILE_ROWS,
     say: Say | None = None,
-    crash_at: str | None = None,
 ) -> CompactionReport:
     """Compact the small files of partition `day`; safe to rerun (finishes or no-ops).
 
-    `crash_at` (tests only: "record", "written", "verified", "deleted") stops after that step.
+    Fault checkpoint `compact.record` (`leaderboard.faults`) follows the record's write.
     """
     say = say or (lambda _message: None)
     report = CompactionReport(day)
@@ -396,8 +394,8 @@ def compact_partition(
         }
         record_path = compaction_record_path(target)
         _write_record(record_path, record)
-        _maybe_interrupt(crash_at, "record")
-        _finish(lake, record_path, record, say, crash_at)
+        checkpoint("compact.record")
+        _finish(lake, record_path, record, say)
         report.compacted.append({"target": record["target"], "rows": record["rows"],
                                  "originals": len(group)})
     report.files_after = len([f for f in landed_files(lake) if f.ingest_date == day])
@@ -405,11 +403,6 @@ def compact_partition(
         say(f"nothing to compact in {day} ({report.files_before} file(s), "
             f"{len(report.left)} left as they are)")
     return report
-
-
-def _maybe_interrupt(crash_at: str | None, here: str) -> None:
-    if crash_at == here:
-        raise _Interrupted(f"interrupted after step {here!r} (test hook)")
 
 
 def live_speed_watermark(settings: Settings) -> SpeedWatermark:

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import redis
 from redis.exceptions import NoScriptError
 
+from leaderboard import faults
 from leaderboard.batch_view import BatchView
 from leaderboard.calendar import Calendar, Window
 from leaderboard.lake import LandedFile, landed_files, stamp_range
@@ -509,13 +510,13 @@ class Folder:
         return self._bases[tag]
 
     def fold(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table,
-             *, crash_after: int | None = None, mode: str = "fold",
-             banned: set[str] | None = None) -> int:
+             *, mode: str = "fold", banned: set[str] | None = None) -> int:
         """Fold one landed file; returns the number of board-windows that applied it.
 
         Banned players' rows are dropped first. `mode="replay"` re-applies a file's rows
         (one unbanned player's) where the file was already folded, leaving checkpoints alone.
-        `crash_after` (tests only) kills the process after that many board-window calls.
+        Fault checkpoints: fold.after_script (each board-window call, sent one at a time
+        while a hook is installed), fold.before_progress.
         """
         if banned is None:
             banned = {_decoded(b) for b in self.client.smembers(BANNED)}
@@ -533,7 +534,8 @@ class Folder:
         applied = 0
         pipe = ScriptPipeline(self.client)
         touched = []
-        for number, update in enumerate(updates):
+        stepwise = faults.active()
+        for update in updates:
             keys = BoardWindowKeys(update.board.name, update.window.id, version.tag)
             based_rows, plain_rows = encode_rows(update, base.window(update.board,
                                                                      update.window.id))
@@ -545,16 +547,15 @@ class Folder:
             ]
             touched.append(f"{update.board.name}|{update.window.id}")
             pipe.script(FOLD_SCRIPT, self._sha, keys.all(), args)
-            if crash_after is not None and number + 1 >= crash_after:
+            if stepwise:
                 applied += sum(int(r) for r in pipe.execute())
-                import os
-                import signal
-
-                os.kill(os.getpid(), signal.SIGKILL)
+                faults.checkpoint("fold.after_script")
         if touched:
             pipe.command("sadd", windows_key(version.tag), *touched)
         results = pipe.execute()
-        applied += sum(int(r) for r in results[: len(updates)])
+        if not stepwise:
+            applied += sum(int(r) for r in results[: len(updates)])
+        faults.checkpoint("fold.before_progress")
         if mode == "fold":
             self.client.hset(progress_key(version.tag), writer, seq)
         return applied

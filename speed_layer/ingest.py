@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import redis
 
+from leaderboard import faults
 from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
 from leaderboard.registry import Registry
 from leaderboard.validation import validate_events
@@ -134,6 +135,7 @@ class Ingestor:
             ingested_at = accepted.column("event_time")
         report.files = self.writer.land(accepted, ingested_at)
         report.quarantine_files = self.writer.quarantine(rejected, now)
+        faults.checkpoint("ingest.after_land")
         if self.speed is not None and report.files:
             # Backfilled rows are folded too where they are past the watermark, but are not
             # remembered at the door (trusted imports are deduped by the batch).

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import redis
 
+from leaderboard import faults
 from leaderboard.bans import banned_players, write_tombstone
 from leaderboard.batch_view import BatchView
 from leaderboard.lake import LandedFile, landed_files
@@ -139,7 +140,9 @@ class SpeedLayer:
             self.folder.catch_up(old)
             return old
         self.folder.catch_up(new)
+        faults.checkpoint("rebase.after_catch_up")
         self.client.set(CURRENT, new.to_json())
+        faults.checkpoint("rebase.after_flip")
         self.folder.catch_up(new)
         self.expire_version(old.tag)
         return new

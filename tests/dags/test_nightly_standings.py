@@ -188,7 +188,7 @@ def test_a_failed_recompute_leaves_the_old_version_live_and_the_retry_publishes(
     old = run_batch(settings_for(data), NIGHTS[0]).manifest.version
     run_batch(settings_for(control), NIGHTS[0])
     run_batch(settings_for(control), NIGHTS[1])
-    monkeypatch.setenv("LEADERBOARD_FAIL_FIRST_TRY_AT", "checking the version")
+    monkeypatch.setenv("LEADERBOARD_FAIL_FIRST_TRY_AT", "batch.checks")
     fast_retries(nightly)
     seen: list[tuple[str, list[str]]] = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -271,13 +272,15 @@ def test_a_kill_at_any_step_leaves_the_old_version_live(world, crash_at):
     run_batch(settings, date(2026, 11, 29))
     before = read_current(data / "lake").version
     before_rows = published(data)
-    env = {"LEADERBOARD_DATA": str(data), "PATH": "/usr/bin:/bin"}
+    env = {"LEADERBOARD_DATA": str(data), "PATH": "/usr/bin:/bin",
+           "LEADERBOARD_FAULTS": f"batch.{crash_at}=kill",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     if config:
         env["LEADERBOARD_CONFIG"] = config
     code = (
         "from datetime import date; from jobs.batch import run_batch; "
         "from leaderboard.settings import Settings; "
-        f"run_batch(Settings.from_env(), date(2026, 11, 30), crash_at={crash_at!r})"
+        "run_batch(Settings.from_env(), date(2026, 11, 30))"
     )
     process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              timeout=300)

@@ -26,6 +26,8 @@ from jobs.compact import (
     rows_checksum,
     tied_files,
 )
+from leaderboard import faults
+from leaderboard.faults import InjectedFault
 from leaderboard.lake import (
     LandingWriter,
     absorbed_with_compactions,
@@ -282,8 +284,8 @@ def test_a_crash_at_any_step_changes_no_standing_and_a_rerun_finishes(world, cra
     data, control = world
     lake = data / "lake"
     before = rows_checksum(partition_rows(control / "lake", D))
-    with pytest.raises(RuntimeError, match="interrupted"):
-        compact_partition(lake, D, speed=speed_on(D), crash_at=crash_at)
+    with pytest.raises(InjectedFault), faults.injected(f"compact.{crash_at}", faults.fail):
+        compact_partition(lake, D, speed=speed_on(D))
     [record_path] = (lake / "events" / f"ingest_date={D}").glob("*.compaction.json")
     record = json.loads(record_path.read_text())
     assert record["done"] is False

@@ -122,7 +122,7 @@ from leaderboard.lake import LandingWriter
 from leaderboard.registry import load_registry
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
-from speed_layer import fold as fold_module
+from leaderboard import faults
 registry = load_registry()
 speed = SpeedLayer(redis.Redis.from_url({redis_url!r}, protocol=2), registry, {str(lake)!r})
 events = random_stream(23, start=day("2026-11-28"), duplicate_share=0.0)
@@ -132,10 +132,9 @@ with LandingWriter({str(lake)!r}, "w") as writer:
     for number, (at, table) in enumerate(todo):
         if number == len(todo) // 2:
             if {crash!r} == "after_land":
-                speed.after_land = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+                faults.install("ingest.after_land", faults.kill)
             else:
-                original = speed.folder.fold
-                speed.folder.fold = lambda *a, **k: original(*a, crash_after=3, **k)
+                faults.install("fold.after_script", faults.on_hit(3, faults.kill))
         ingestor.ingest(table, now=at, source="t")
 """
     env = dict(os.environ, PYTHONPATH=f"{Path(__file__).parents[2]}:{Path(__file__).parent}")
