@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -136,6 +137,20 @@ def test_openapi_and_docs(reader):
     body = spec["paths"]["/v1/events"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"]["properties"]["events"]["maxItems"] == 10_000
     assert "swagger" in reader.get("/docs").text.lower()
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_docs_work_offline(reader, page):
+    """Every script and stylesheet the docs pages load is served by the app itself: no CDN,
+    so /docs works on a machine without internet."""
+    html = reader.get(page).text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert assets, html
+    for asset in assets:
+        assert asset.startswith("/"), f"{page} loads {asset} from outside the app"
+        served = reader.get(asset)
+        assert served.status_code == 200, asset
+        assert len(served.content) > 100, asset
 
 
 # -- ingest: auth -----------------------------------------------------------------------------

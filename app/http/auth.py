@@ -1,0 +1,163 @@
+"""Who may write: the keys file, game servers' API keys and HMAC secrets, the admin key.
+
+`POST /v1/events` needs a game server's credential: an API key (`Authorization: Bearer
+<key>` or `X-API-Key`), or an HMAC-SHA256 of the body under the server's secret
+(`X-Server-Id` + `X-Signature: sha256=<hex>`). Admin routes need the separate admin key.
+Every comparison of a secret runs in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.http.errors import ApiError
+from leaderboard.settings import SettingsError
+from leaderboard.validation import ID_PATTERN
+
+__all__ = ["ApiKeys", "ServerCredential", "bearer", "check_admin", "check_server"]
+
+_MIN_KEY_LENGTH = 16
+_ID = re.compile(ID_PATTERN)
+
+
+@dataclass(frozen=True)
+class ServerCredential:
+    """One game server: its API key and/or its HMAC secret."""
+
+    server_id: str
+    key: str | None = None
+    secret: str | None = None
+
+
+@dataclass(frozen=True)
+class ApiKeys:
+    """Who may write: per-server credentials, and the separate admin key."""
+
+    servers: tuple[ServerCredential, ...] = ()
+    admin_key: str | None = None
+    source: str = "<none>"
+
+    @classmethod
+    def load(cls, path: Path, *, admin_key: str | None = None) -> ApiKeys:
+        """A TOML or JSON (by extension) keys file; `admin_key` (the env var) wins over the
+        file's."""
+        what = f"LEADERBOARD_API_KEYS={path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SettingsError(f"{what}: cannot read the keys file ({exc.strerror}); "
+                                "point it at a TOML or JSON file of server keys") from None
+        try:
+            raw = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+        except (ValueError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"{what}: not valid {path.suffix or 'TOML'} ({exc})") from None
+        return cls.parse(raw, source=str(path), admin_key=admin_key)
+
+    @classmethod
+    def parse(cls, raw: Any, *, source: str = "<dict>", admin_key: str | None = None) -> ApiKeys:
+        """{"admin_key": ..., "servers": {id: key | {"key": ..., "secret": ...}}}."""
+        def fail(where: str, why: str) -> SettingsError:
+            return SettingsError(f"keys file {source}: `{where}` {why}")
+
+        if not isinstance(raw, dict):
+            raise fail("(top)", "must be a table/object")
+        unknown = set(raw) - {"admin_key", "servers"}
+        if unknown:
+            raise fail(sorted(unknown)[0], "is not a known key (known: admin_key, servers)")
+        servers_raw = raw.get("servers", {})
+        if not isinstance(servers_raw, dict):
+            raise fail("servers", "must map server_id to a key or to {key, secret}")
+        servers = []
+        for server_id, entry in sorted(servers_raw.items()):
+            where = f"servers.{server_id}"
+            if not _ID.match(server_id):
+                raise fail(where, "names a server_id that is not 1-64 chars of [A-Za-z0-9_.:-]")
+            if isinstance(entry, str):
+                entry = {"key": entry}
+            if not isinstance(entry, dict) or not entry or set(entry) - {"key", "secret"}:
+                raise fail(where, "must be a key string or a table with `key` and/or `secret`")
+            for name in ("key", "secret"):
+                value = entry.get(name)
+                if value is not None and (not isinstance(value, str)
+                                          or len(value) < _MIN_KEY_LENGTH):
+                    raise fail(f"{where}.{name}",
+                               f"must be a string of at least {_MIN_KEY_LENGTH} characters")
+            servers.append(ServerCredential(server_id, entry.get("key"), entry.get("secret")))
+        admin = admin_key if admin_key is not None else raw.get("admin_key")
+        if admin is not None and (not isinstance(admin, str) or len(admin) < _MIN_KEY_LENGTH):
+            raise fail("admin_key", f"must be a string of at least {_MIN_KEY_LENGTH} characters")
+        keys = [s.key for s in servers if s.key] + [s.secret for s in servers if s.secret]
+        if len(set(keys)) != len(keys):
+            raise fail("servers", "gives two servers the same key or secret")
+        if admin is not None and admin in keys:
+            raise fail("admin_key", "equals a server's key; the admin key must be separate")
+        return cls(tuple(servers), admin, source)
+
+    def server_for_key(self, key: str) -> str | None:
+        """The server holding this API key. Every key is compared (in constant time each),
+        so the time taken says nothing about which key came close."""
+        found = None
+        given = key.encode()
+        for server in self.servers:
+            if server.key is not None and hmac.compare_digest(server.key.encode(), given):
+                found = server.server_id
+        return found
+
+    def verify_signature(self, server_id: str, body: bytes, signature: str) -> bool:
+        """Whether `signature` (hex, optionally `sha256=`-prefixed) is the HMAC-SHA256 of
+        the body under the server's secret."""
+        secret = next((s.secret for s in self.servers if s.server_id == server_id), None)
+        expected = hmac.new((secret or "").encode(), body, hashlib.sha256).hexdigest()
+        given = signature.strip().removeprefix("sha256=").lower()
+        return hmac.compare_digest(expected.encode(), given.encode()) and secret is not None
+
+    def is_admin(self, key: str) -> bool:
+        return self.admin_key is not None and hmac.compare_digest(self.admin_key.encode(),
+                                                                  key.encode())
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, if that is what it holds."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def check_server(keys: ApiKeys, authorization: str | None, x_api_key: str | None,
+                 signed: bool) -> str | None:
+    """The server an API key names (None: the request is signed instead, and the signature
+    is checked once the body is read). 401 without any credential, 403 for a wrong key."""
+    token = bearer(authorization) or x_api_key
+    if token is None and not signed:
+        raise ApiError(401, "unauthenticated",
+                       "send the server's API key (Authorization: Bearer <key> or "
+                       "X-API-Key), or X-Server-Id and X-Signature (HMAC-SHA256 of the body)",
+                       headers={"WWW-Authenticate": "Bearer"})
+    if token is None:
+        return None
+    server_id = keys.server_for_key(token)
+    if server_id is None:
+        raise ApiError(403, "forbidden", "the API key is not one of the configured "
+                                         f"server keys ({keys.source})")
+    return server_id
+
+
+def check_admin(keys: ApiKeys, authorization: str | None, x_admin_key: str | None) -> None:
+    """401 without a key, 403 unless it is the admin key."""
+    token = bearer(authorization) or x_admin_key
+    if token is None:
+        raise ApiError(401, "unauthenticated", "send the admin key (Authorization: Bearer "
+                                               "<key> or X-Admin-Key)",
+                       headers={"WWW-Authenticate": "Bearer"})
+    if not keys.is_admin(token):
+        configured = keys.admin_key is not None
+        raise ApiError(403, "forbidden", "wrong admin key" if configured else
+                       "no admin key is configured: set LEADERBOARD_ADMIN_KEY")

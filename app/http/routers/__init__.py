@@ -1,0 +1,9 @@
+"""The routes, one router per audience: game servers (ingest), readers (reads), operators
+(admin, ops). Each gets the app's `Service` by dependency (`app.http.service.ServiceDep`);
+`app.http.create_app` includes them."""
+
+from app.http.routers import admin, ingest, ops, reads
+
+__all__ = ["ROUTERS"]
+
+ROUTERS = (ingest.router, reads.router, admin.router, ops.router)

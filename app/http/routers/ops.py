@@ -1,0 +1,57 @@
+"""Operations: health for load balancers and orchestrators, metrics for Prometheus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.http.service import ServiceDep
+from leaderboard.manifest import ManifestError, read_current
+from leaderboard.timeutil import format_instant
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="Redis answers and a version is readable",
+            responses={503: {"description": "what is wrong"}})
+def healthz(service: ServiceDep) -> Response:
+    problems: dict[str, str] = {}
+    answer: dict[str, Any] = {}
+    try:
+        service.client.ping()
+        answer["redis"] = "ok"
+    except redis.RedisError as exc:
+        problems["redis"] = f"Redis does not answer PING: {exc}"
+    try:
+        manifest = read_current(service.settings.lake_dir)
+        if manifest is None:
+            problems["manifest"] = ("no batch version is published yet; run "
+                                    "`leaderboard batch`")
+        else:
+            answer.update(version=manifest.version, as_of=manifest.as_of)
+    except ManifestError as exc:
+        problems["manifest"] = str(exc)
+    if "redis" not in problems:
+        try:
+            # The version the speed pointer names (what reads merge with) must load too.
+            answer["serving_version"] = service.boards.version().version.version
+        except ManifestError as exc:
+            problems["serving_version"] = str(exc)
+        except redis.RedisError as exc:
+            problems["redis"] = f"Redis failed reading the version pointer: {exc}"
+    answer["now"] = format_instant(service.settings.now())
+    if problems:
+        return JSONResponse({"status": "unavailable", "problems": problems, **answer},
+                            status_code=503)
+    return JSONResponse({"status": "ok", **answer})
+
+
+@router.get("/metrics", summary="Prometheus metrics")
+def metrics(service: ServiceDep) -> Response:
+    return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)

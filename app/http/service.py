@@ -1,0 +1,119 @@
+"""The state behind the routes of one app (one process), and the dependency that hands it
+to them.
+
+One `Service` per app: the Redis client, the serving layer's `Leaderboards`, the speed
+layer, the top-N cache, the metrics and the landing writer. Routers never build any of
+these; they declare `service: ServiceDep` and FastAPI passes the app's own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Annotated, Any
+
+import pyarrow as pa
+import redis
+from fastapi import Depends, Request
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from app.http.config import HttpConfig
+from app.http.errors import ApiError
+from app.http.metrics import Metrics
+from leaderboard.lake import LandingWriter
+from leaderboard.registry import Board, RegistryError
+from leaderboard.settings import Settings
+from serving.cache import TopCache
+from serving.service import Leaderboards
+from speed_layer.ingest import Ingestor, IngestReport, open_writer
+from speed_layer.service import SpeedLayer
+
+__all__ = ["POINTER_TTL", "Service", "ServiceDep", "service_of"]
+
+#: Seconds a worker reuses the speed layer's version pointer (one Redis GET fewer per read).
+POINTER_TTL = 1.0
+
+
+def _redis_client(settings: Settings) -> redis.Redis:
+    """REDIS_URL, or the data dir's local server (the CLI's logic), with short timeouts and
+    one retry: a request must fail fast (503, or a stale top-N) when Redis is gone."""
+    options: dict[str, Any] = {"protocol": 2, "socket_timeout": 2.0,
+                               "socket_connect_timeout": 2.0, "retry": Retry(NoBackoff(), 1)}
+    if settings.redis_url is None:
+        # Follows the local server to another port if it is restarted there.
+        from leaderboard.redis_server import local_server_client
+
+        return local_server_client(settings.data_dir, **options)
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+class Service:
+    """State shared by the routes of one app (one process)."""
+
+    def __init__(self, settings: Settings, config: HttpConfig, client: redis.Redis | None
+                 ) -> None:
+        self.settings = settings
+        self.config = config
+        self.registry = settings.registry
+        self._owns_client = client is None
+        self.client = _redis_client(settings) if client is None else client
+        self.boards = Leaderboards(settings.lake_dir, self.registry, self.client,
+                                   now=settings.now, pointer_ttl=POINTER_TTL)
+        self.speed = SpeedLayer(self.client, self.registry, settings.lake_dir)
+        self.cache = TopCache(config.top_ttl, config.top_max_stale)
+        self.metrics = Metrics(self)
+        # One landing writer per process, opened on first use; the writer is not thread-safe.
+        self._ingest_lock = threading.Lock()
+        self._writer: LandingWriter | None = None
+        self._needs_repair = True  # fold what a crash (or a failed fold) left pending
+
+    def board(self, name: str) -> Board:
+        """The registry's board, or a 404 that lists the boards there are."""
+        try:
+            return self.registry.board(name)
+        except RegistryError as exc:
+            raise ApiError(404, "unknown_board", str(exc),
+                           boards=[b.name for b in self.registry.boards]) from None
+
+    def ingest(self, table: pa.Table, unparseable: pa.Table, server_id: str) -> IngestReport:
+        """Validate, land and fold one request's rows (one request at a time per process)."""
+        with self._ingest_lock:
+            if self._writer is None:
+                self._writer = open_writer(self.settings.lake_dir, self.config.writer)
+            try:
+                if self._needs_repair:
+                    self.speed.repair()
+                    self._needs_repair = False
+                stamped = time.perf_counter()
+                report = Ingestor(self.registry, self._writer, self.speed).ingest(
+                    table, now=self.settings.now(), source=f"http:{server_id}",
+                    unparseable=unparseable, row_reasons=True)
+            except redis.RedisError as exc:
+                # Raised before landing (the door could not be asked): nothing is in the lake.
+                raise ApiError(503, "unavailable",
+                               f"the speed layer (Redis) is unavailable ({exc}); nothing was "
+                               "landed: retry the same batch later",
+                               headers={"Retry-After": "5"}) from None
+            if report.fold_error:
+                self._needs_repair = True
+            elif report.files:
+                self.metrics.visibility.observe(time.perf_counter() - stamped)
+            return report
+
+    def close(self) -> None:
+        with self._ingest_lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        if self._owns_client:
+            self.client.close()
+
+
+async def service_of(request: Request) -> Service:
+    """The app's service (a coroutine: FastAPI would run a plain function in the pool)."""
+    service: Service = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[Service, Depends(service_of)]
