@@ -143,7 +143,7 @@ class DuckDBEngine:
                       AND a.match_id = n.match_id AND a.player_id = n.player_id)
             """, {"absorbed": list(absorbed)})
         counted = con.execute("SELECT count(*) FROM new_events").fetchall()[0][0]
-        table = con.execute(f"""
+        table = con.sql(f"""
             WITH e AS (
                 SELECT e.*, e.event_time::DATE AS event_date, {_mask_sql(bits)} AS mask
                 FROM new_events e JOIN calendar_wide c ON c.event_date = e.event_time::DATE
@@ -313,7 +313,7 @@ class DuckDBEngine:
             CREATE OR REPLACE TEMP TABLE banned_i AS
             SELECT pc FROM players_i SEMI JOIN banned_t USING (player_id)
         """)
-        overflow = con.execute(f"""
+        overflow = con.sql(f"""
             SELECT b.board, b.window_id, p.player_id, s.score, s.time_bits
             FROM scored s JOIN bw_t b USING (bw) JOIN players_i p USING (pc)
             WHERE s.pc NOT IN (SELECT pc FROM banned_i)
@@ -345,7 +345,7 @@ class DuckDBEngine:
             FROM n
         """)
         con.execute("DROP TABLE scored")
-        histograms = con.execute(f"""
+        histograms = con.sql(f"""
             WITH b AS (
                 SELECT bw, score, rank, rn, total,
                        min(score) OVER (PARTITION BY bw) AS lo,

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -102,6 +103,20 @@ def test_incremental_runs_equal_full_recompute(world, tmp_path):
     shutil.copytree(data / "lake" / "events", fresh / "lake" / "events")
     run_batch(settings_for(fresh, config), date(2026, 12, 1))
     assert published(fresh) == published(data)
+
+
+def test_a_batch_emits_no_warnings_from_the_project(world):
+    """Regression: three DuckDB queries fetched Arrow from a DB-API result (`con.execute`),
+    and every batch printed "Arrow output on a DB-API result makes an extra copy" three times."""
+    data, _registry, config = world
+    settings = settings_for(data, config)
+    root = str(Path(__file__).resolve().parents[2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_batch(settings, date(2026, 11, 29))
+        run_batch(settings, date(2026, 11, 30))
+    assert [f"{w.filename}:{w.lineno}: {w.message}" for w in caught
+            if w.filename.startswith(root)] == []
 
 
 def test_rerun_of_the_same_day_is_idempotent(world):
