@@ -32,7 +32,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ __all__ = [
     "STANDINGS_COLUMNS",
     "SparkEngine",
     "apply_offsets",
+    "local_defaults",
     "number_within_partitions",
     "partition_offsets",
     "partition_stats",
@@ -373,6 +374,23 @@ def _histograms(ranked: DataFrame) -> DataFrame:
     return width.unionByName(depth)
 
 
+def local_defaults(master: str, environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Settings for a Spark this process starts on a local master; none for a cluster.
+
+    Run from a shell rather than `make` (which exports SPARK_LOCAL_IP), a local Spark looked
+    its hostname up, warned that it resolves to loopback and picked a LAN interface, and drew
+    progress bars over the CLI's own progress lines. The driver binds to loopback, Python
+    workers run on this interpreter (with its packages), and the console progress bar is
+    off. Variables already set win: `environ` is only filled in; the Spark settings are
+    returned for the session builder.
+    """
+    if not master.startswith("local"):
+        return {}
+    environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return {"spark.ui.showConsoleProgress": "false"}
+
+
 # -- the engine ------------------------------------------------------------------------------
 
 class SparkEngine:
@@ -417,17 +435,16 @@ class SparkEngine:
         conf = SparkConf()
         master = (master or os.environ.get("SPARK_MASTER") or conf.get("spark.master", None)
                   or _DEFAULT_MASTER)
-        if master.startswith("local"):
-            # Python workers run on this machine: the driver's interpreter, with its packages.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         partitions = os.environ.get("SPARK_SHUFFLE_PARTITIONS") or str(_DEFAULT_SHUFFLE_PARTITIONS)
         if not partitions.isdigit() or int(partitions) < 1:
             raise ValueError(f"SPARK_SHUFFLE_PARTITIONS={partitions!r} must be a whole number "
                              ">= 1; unset it for the default of 8")
-        return (SparkSession.builder.master(master).appName("leaderboard-batch")
-                .config("spark.sql.session.timeZone", "UTC")
-                .config("spark.sql.shuffle.partitions", partitions)
-                .getOrCreate())
+        builder = (SparkSession.builder.master(master).appName("leaderboard-batch")
+                   .config("spark.sql.session.timeZone", "UTC")
+                   .config("spark.sql.shuffle.partitions", partitions))
+        for key, value in local_defaults(master, os.environ).items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
 
     def close(self) -> None:
         """Drop what this engine holds; stop the session only if the engine built it."""

@@ -28,6 +28,7 @@ from jobs.spark_engine import (
     SparkEngine,
     _number_runs,
     apply_offsets,
+    local_defaults,
     number_within_partitions,
     partition_offsets,
     partition_stats,
@@ -449,3 +450,19 @@ def test_no_rollups_give_empty_results_of_the_same_shape(spark):
         duck.finish()
         spark_engine.finish()
         duck.close()
+
+
+def test_a_local_spark_binds_to_loopback_and_draws_no_progress_bars():
+    """Regression: outside `make` a local Spark warned about SPARK_LOCAL_IP (hostname lookup,
+    a LAN interface picked) and flooded the CLI with stage progress bars."""
+    environ: dict[str, str] = {}
+    conf = local_defaults("local[2]", environ)
+    assert conf == {"spark.ui.showConsoleProgress": "false"}
+    assert environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert environ["PYSPARK_PYTHON"]
+    chosen = {"SPARK_LOCAL_IP": "10.1.2.3"}
+    local_defaults("local[*]", chosen)
+    assert chosen["SPARK_LOCAL_IP"] == "10.1.2.3"
+    cluster: dict[str, str] = {}
+    assert local_defaults("spark://h:7077", cluster) == {}
+    assert cluster == {}
