@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion, read_current_v
 from leaderboard.timeutil import format_instant
 from serving.base import BaseBoard, load_base
 from serving.merge import MergedBoard
+from serving.percentiles import keys_at, position_for, top_percent
 
 __all__ = ["MAX_AROUND_K", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED", "Leaderboards", "QueryError",
            "encode_cursor"]
@@ -180,29 +182,36 @@ class Leaderboards:
                 "unranked": [p for p in dict.fromkeys(players) if p not in known]}
 
     def percentiles(self, board: str, window: str | None = None) -> dict[str, Any]:
-        """The percentile table of the base version (equal-depth buckets)."""
-        board_obj, found = self.resolve(board, window)
-        loaded = self.version()
-        table = None if loaded.view is None else loaded.view.histogram(board_obj.name, found.id)
-        rows = [] if table is None else table.to_pylist()
-        depth = [r for r in rows if r["kind"] == "depth"]
-        return {"board": board_obj.name, "window": found.id,
+        """The score needed now to be in the top 1%, 2%, ... 100% of the merged board
+        (DESIGN.md section 6: the score at position ceil(y/100 * total), exact), and the
+        batch view's equal-width histogram (as of the base version)."""
+        merged, loaded = self._merged(board, window)
+        percents = [Decimal(y) for y in range(1, 101)]
+        total, keys = keys_at(merged, percents)
+        rows = [{"top_percent": int(y), "score": merged.score_of(key),
+                 "players": position_for(y, total)}
+                for y, key in zip(percents, keys, strict=True) if key is not None]
+        table = None if loaded.view is None else loaded.view.histogram(merged.board.name,
+                                                                       merged.window.id)
+        histogram = [] if table is None else [
+            {"lower": r["lower"], "upper": r["upper"], "players": r["players"]}
+            for r in table.to_pylist() if r["kind"] == "width"]
+        return {"board": merged.board.name, "window": merged.window.id, "total": total,
                 "as_of": None if loaded.view is None else loaded.view.as_of,
-                "top_percent": [{"top_percent": r["bucket"] + 1, "score_from": r["lower"],
-                                 "score_to": r["upper"], "rank_from": r["rank_from"],
-                                 "rank_to": r["rank_to"]} for r in depth],
-                "histogram": [{"lower": r["lower"], "upper": r["upper"],
-                               "players": r["players"]} for r in rows if r["kind"] == "width"]}
+                "top_percent": rows, "histogram": histogram}
 
-    def score_for_percentile(self, board: str, top_percent: float,
-                             window: str | None = None) -> float | None:
-        """The lowest score still in the top `top_percent` % (base version)."""
-        table = self.percentiles(board, window)["top_percent"]
-        want = max(1, min(100, int(-(-top_percent // 1))))
-        for row in table:
-            if row["top_percent"] == want:
-                return float(row["score_from"])
-        return None
+    def score_for_percentile(self, board: str, top: float | str,
+                             window: str | None = None) -> int | None:
+        """The score needed now to be in the top `top` % of the merged board, `top` in
+        (0, 100]: the score at position ceil(top/100 * total), a score someone holds (None
+        on an empty board)."""
+        try:
+            percent = top_percent(top)
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+        merged = self.merged(board, window)
+        key = keys_at(merged, [percent])[1][0]
+        return None if key is None else merged.score_of(key)
 
     def history(self, board: str, player: str, window_kind: str = "all-time",
                 first: date | None = None, last: date | None = None) -> list[dict[str, Any]]:

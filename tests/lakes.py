@@ -12,6 +12,7 @@ from leaderboard.lake import LandingWriter
 from leaderboard.registry import Registry, parse_registry
 from leaderboard.schema import TIMESTAMP
 from speed_layer.ingest import Ingestor
+from speed_layer.service import SpeedLayer
 
 __all__ = ["EXOTIC", "day", "land", "random_stream", "registry_from", "write_registry"]
 
@@ -69,8 +70,9 @@ def random_stream(seed: int, *, start: datetime, days: int = 3, matches: int = 6
 
 
 def land(lake: Path, registry: Registry, events: list[dict], *, writer: str = "t",
-         batch_minutes: int = 60) -> int:
-    """Land events in micro-batches by ingested_at (each batch stamped with its slot end)."""
+         batch_minutes: int = 60, speed: SpeedLayer | None = None) -> int:
+    """Land events in micro-batches by ingested_at (each batch stamped with its slot end),
+    folding them into `speed` too when given."""
     slots: dict[datetime, list[dict]] = {}
     for event in events:
         at = event["ingested_at"]
@@ -78,7 +80,7 @@ def land(lake: Path, registry: Registry, events: list[dict], *, writer: str = "t
         slots.setdefault(slot, []).append(event)
     landed = 0
     with LandingWriter(lake, writer) as handle:
-        ingestor = Ingestor(registry, handle)
+        ingestor = Ingestor(registry, handle, speed)
         for slot in sorted(slots):
             rows = slots[slot]
             table = pa.table({
