@@ -5,7 +5,8 @@ so a board-window lives in one Redis Cluster slot and every script touches one s
 `lb:{k}:V:M` merged keys (zset), `:T` base keys of touched players (zset), `:C` fold
 checkpoints per writer (hash), `:L` last-event marks for `last` boards (hash), `:B` banned
 players (set). Global keys: `lb:current` (version pointer, JSON), `lb:banned` (set),
-`lb:V:progress` (writer -> last seq folded everywhere), `lb:V:windows` (set of touched k).
+`lb:V:progress` (writer -> last seq folded everywhere), `lb:V:windows` (set of touched k),
+`lb:V:bans` (players whose ban is applied in V's state).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "CURRENT",
     "BoardWindowKeys",
     "SpeedVersion",
+    "bans_key",
     "connect",
     "progress_key",
     "read_current_version",
@@ -102,6 +104,11 @@ class BoardWindowKeys:
 
 def progress_key(tag: str) -> str:
     return f"lb:{tag}:progress"
+
+
+def bans_key(tag: str) -> str:
+    """The players whose ban is applied in version `tag`'s state (hidden from M, in T, B)."""
+    return f"lb:{tag}:bans"
 
 
 def windows_key(tag: str) -> str:

@@ -25,6 +25,7 @@ from leaderboard.speed_keys import (
     CURRENT,
     BoardWindowKeys,
     SpeedVersion,
+    bans_key,
     progress_key,
     read_current_version,
     windows_key,
@@ -35,6 +36,10 @@ from speed_layer.fold import Folder
 __all__ = ["SpeedLayer", "SpeedStatus"]
 
 _EXPIRE_OLD_VERSION = 3600
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,7 @@ class SpeedLayer:
     def sync_bans(self) -> set[str]:
         """Make `lb:banned` agree with the lake's tombstones (the lake is the truth)."""
         banned = banned_players(self.lake)
-        known = {b.decode() for b in self.client.smembers(BANNED)}
+        known = {_text(b) for b in self.client.smembers(BANNED)}
         pipe = self.client.pipeline(transaction=True)
         if banned - known:
             pipe.sadd(BANNED, *sorted(banned - known))
@@ -138,11 +143,16 @@ class SpeedLayer:
         if new.tag == old.tag:
             # Already live (or just pointed at on first use): fold whatever is still pending.
             self.folder.catch_up(old)
+            self.apply_bans(old)
             return old
         self.folder.catch_up(new)
+        # The base of V+1 holds only bans before its watermark: apply the rest before the
+        # flip, and again after it for a ban or unban that reached the lake meanwhile.
+        self.apply_bans(new)
         faults.checkpoint("rebase.after_catch_up")
         self.client.set(CURRENT, new.to_json())
         faults.checkpoint("rebase.after_flip")
+        self.apply_bans(new)
         self.folder.catch_up(new)
         self.expire_version(old.tag)
         return new
@@ -171,66 +181,69 @@ class SpeedLayer:
                     table.column("ingested_at"),
                     pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
                 self._remember_landed(table)
-        return self.folder.catch_up(version)
+        folded = self.folder.catch_up(version)
+        self.apply_bans(version)
+        return folded
 
     # -- bans -------------------------------------------------------------------------------
 
     def _windows(self, version: SpeedVersion) -> list[tuple[str, str]]:
         found = set()
         for raw in self.client.smembers(windows_key(version.tag)):
-            board, _, window_id = raw.decode().partition("|")
+            board, _, window_id = _text(raw).partition("|")
             found.add((board, window_id))
         return sorted(found)
 
-    def _base_keys_of(self, version: SpeedVersion, player: str) -> dict[tuple[str, str], int]:
-        """The player's base sort key in every board-window of the base version."""
-        if version.version is None:
-            return {}
+    def _base_keys_of(self, version: SpeedVersion, players: set[str]
+                      ) -> dict[str, dict[tuple[str, str], int]]:
+        """Each player's base sort key in every board-window of the base version."""
+        found: dict[str, dict[tuple[str, str], int]] = {p: {} for p in players}
+        if version.version is None or not players:
+            return found
         view = BatchView(self.lake, read_version(self.lake, version.version))
         index = view.manifest.standings(self.lake)
-        found: dict[tuple[str, str], int] = {}
+        wanted = sorted(players)
         for path in sorted(set(index.column("path").to_pylist())):
             table = pq.read_table(self.lake / path, columns=["window_id", "player_id",
                                                              "sort_key"],
-                                  filters=[("player_id", "=", player)])
+                                  filters=[("player_id", "in", wanted)])
             board = path.split("board=", 1)[1].split("/", 1)[0]
-            for window_id, key in zip(table.column("window_id").to_pylist(),
-                                      table.column("sort_key").to_pylist(), strict=True):
-                found[(board, window_id)] = int(key)
+            for window_id, player, key in zip(table.column("window_id").to_pylist(),
+                                              table.column("player_id").to_pylist(),
+                                              table.column("sort_key").to_pylist(), strict=True):
+                found[player][(board, window_id)] = int(key)
         return found
 
-    def ban(self, player: str, at: datetime, reason: str = "") -> int:
-        """Tombstone in the lake, then vanish from every live board-window at once."""
-        write_tombstone(self.lake, player, "ban", at, reason)
-        if player not in banned_players(self.lake):
-            return 0  # a later unban (or one at the same instant) already stands
-        self.client.sadd(BANNED, player)
-        version = self.current()
-        base = self._base_keys_of(version, player)
+    def _hide(self, version: SpeedVersion, players: set[str]) -> int:
+        """Apply bans to one version's state: each player leaves M, their base keys go to T
+        (so the base's copy is hidden too) and the board-window's B set holds them."""
+        if not players:
+            return 0
+        windows = set(self._windows(version))
+        bases = self._base_keys_of(version, players)
         touched = 0
-        for board, window_id in sorted(set(self._windows(version)) | set(base)):
-            keys = BoardWindowKeys(board, window_id, version.tag)
-            pipe = self.client.pipeline(transaction=True)
-            pipe.sadd(keys.banned, player)
-            pipe.zrem(keys.merged, player)
-            pipe.hdel(keys.last_marks, player)
-            if (board, window_id) in base:
-                pipe.zadd(keys.touched, {player: base[(board, window_id)]})
-            pipe.execute()
-            touched += 1
+        for player in sorted(players):
+            base = bases[player]
+            for board, window_id in sorted(windows | set(base)):
+                keys = BoardWindowKeys(board, window_id, version.tag)
+                pipe = self.client.pipeline(transaction=True)
+                pipe.sadd(keys.banned, player)
+                pipe.zrem(keys.merged, player)
+                pipe.hdel(keys.last_marks, player)
+                if (board, window_id) in base:
+                    pipe.zadd(keys.touched, {player: base[(board, window_id)]})
+                pipe.execute()
+                touched += 1
+        self.client.sadd(bans_key(version.tag), *sorted(players))
         return touched
 
-    def unban(self, player: str, at: datetime) -> int:
-        """Tombstone, then restore the player exactly: base keys back, and the player's
-        events since the watermark replayed where they were already folded."""
-        write_tombstone(self.lake, player, "unban", at)
-        if player in banned_players(self.lake):
-            return 0  # a later ban already stands: the lake's latest tombstone decides
-        self.client.srem(BANNED, player)
-        version = self.current()
+    def _restore(self, version: SpeedVersion, player: str) -> int:
+        """Undo a ban in one version's state exactly: base keys back, and the player's events
+        since the watermark replayed where their files were already folded."""
         # Every board-window the ban touched: the live ones and the player's base ones (a
         # closed window the speed layer never folded into still hides the player).
-        windows = sorted(set(self._windows(version)) | set(self._base_keys_of(version, player)))
+        windows = sorted(set(self._windows(version))
+                         | set(self._base_keys_of(version, {player})[player]))
         for board, window_id in windows:
             keys = BoardWindowKeys(board, window_id, version.tag)
             pipe = self.client.pipeline(transaction=True)
@@ -245,7 +258,37 @@ class SpeedLayer:
             if table.num_rows:
                 self.folder.fold(version, landed.writer, landed.seq, table, mode="replay",
                                  banned=set())
+        self.client.srem(bans_key(version.tag), player)
         return len(windows)
+
+    def apply_bans(self, version: SpeedVersion) -> int:
+        """Make one version's state agree with the lake's ban state (latest tombstone wins),
+        whatever each tombstone's time against the watermark: the batch applies only bans
+        before its watermark, so a ban (or unban) since then is applied here, on every
+        version the speed layer builds. Returns the number of players changed."""
+        banned = self.sync_bans()
+        applied = {_text(p) for p in self.client.smembers(bans_key(version.tag))}
+        self._hide(version, banned - applied)
+        for player in sorted(applied - banned):
+            self._restore(version, player)
+        return len(banned ^ applied)
+
+    def ban(self, player: str, at: datetime, reason: str = "") -> int:
+        """Tombstone in the lake, then vanish from every live board-window at once."""
+        write_tombstone(self.lake, player, "ban", at, reason)
+        if player not in banned_players(self.lake):
+            return 0  # a later unban (or one at the same instant) already stands
+        self.client.sadd(BANNED, player)
+        return self._hide(self.current(), {player})
+
+    def unban(self, player: str, at: datetime) -> int:
+        """Tombstone, then restore the player exactly: base keys back, and the player's
+        events since the watermark replayed where they were already folded."""
+        write_tombstone(self.lake, player, "unban", at)
+        if player in banned_players(self.lake):
+            return 0  # a later ban already stands: the lake's latest tombstone decides
+        self.client.srem(BANNED, player)
+        return self._restore(self.current(), player)
 
     # -- status -----------------------------------------------------------------------------
 
@@ -254,7 +297,7 @@ class SpeedLayer:
         newest: dict[str, int] = {}
         for landed in landed_files(self.lake):
             newest[landed.writer] = max(newest.get(landed.writer, -1), landed.seq)
-        folded = {k.decode(): int(v) for k, v in
+        folded = {_text(k): int(v) for k, v in
                   self.client.hgetall(progress_key(version.tag)).items()}
         lag = len(self.folder.pending(version))
         keys = 0

@@ -246,3 +246,50 @@ def test_rebase_on_a_fresh_redis_folds_what_is_pending(world, redis_client, tmp_
     for key, players in got.items():
         for player, sort_key in players.items():
             assert want[key][player] == sort_key, (key, player)
+
+
+def _assert_served_as_reference(lake: Path, registry, client: redis.Redis) -> None:
+    """Every board-window's top list, total and each player's rank equal the batch of
+    everything (every tombstone applied)."""
+    from serving.service import Leaderboards
+
+    served = Leaderboards(lake, registry, client, now=lambda: day("2026-12-05T00:00:00"))
+    reference = reference_standings(lake, registry, None,
+                                    watermark=day("2100-01-01T00:00:00"))
+    for (board, window_id), rows in reference.items():
+        merged = served.merged(board, window_id)
+        assert merged.total() == len(rows), (board, window_id)
+        assert [(e.player_id, e.rank) for e in merged.top(len(rows) + 3)] == [
+            (r.player_id, r.rank) for r in rows], (board, window_id)
+        for row in rows[:5]:
+            assert served.player(board, row.player_id, window_id)["rank"] == row.rank
+
+
+def test_a_ban_between_the_watermark_and_the_rebase_holds_in_the_new_version(
+        world, redis_client):
+    """Issue 10 item 1: day 1 batched, day 2 ingested, a ban at 00:30 on day 3 (after
+    W(day 2)), then the batch of day 2 and the rebase: the base of V+1 still ranks the
+    player (its bans stop at W), so the rebase must apply the ban to V+1's state."""
+    from serving.service import Leaderboards
+
+    lake, registry, speed = world
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(lake.parent)})
+    ingest_all(speed, lake, registry, random_stream(31, start=START, days=1,
+                                                    duplicate_share=0.0))
+    speed.rebase(run_batch(settings, START.date()).manifest)
+    ingest_all(speed, lake, registry, random_stream(32, start=day("2026-11-29T00:00:00"),
+                                                    days=1, duplicate_share=0.0))
+    served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-30T01:00:00"))
+    [leader] = served.merged("global", "all-time").top(1)
+    speed.ban(leader.player_id, day("2026-11-30T00:30:00"))
+    manifest = run_batch(settings, date(2026, 11, 29)).manifest
+    assert leader.player_id not in manifest.inputs["banned"]  # after W: not the batch's
+    speed.rebase(manifest)
+    assert speed.current().version == manifest.version
+    assert served.player("global", leader.player_id, "all-time")["status"] == "unranked"
+    _assert_served_as_reference(lake, registry, redis_client)
+    # `speed rebuild` after a flush keeps the ban too.
+    redis_client.flushall()
+    speed.rebuild(day("2026-11-30T02:00:00"))
+    assert served.player("global", leader.player_id, "all-time")["status"] == "unranked"
+    _assert_served_as_reference(lake, registry, redis_client)
