@@ -212,10 +212,37 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     out.print(f"published {manifest.version} ({result.mode}, {manifest.engine}): "
               f"{result.events:,} new events, {result.windows_built:,} board-windows rebuilt, "
               f"{result.standings_rows:,} standings rows in {result.seconds:.1f} s")
-    out.print(f"warehouse: {warehouse} (duckdb -readonly {warehouse})")
+    out.print(f"warehouse: {warehouse} (query it: leaderboard sql, read-only)")
     if rebased:
         out.print(f"speed layer rebased onto {rebased}")
     return 0
+
+
+# -- sql ------------------------------------------------------------------------------------
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from app.sql_shell import SqlError, WarehouseMissing, open_warehouse, read_sql, run_once, shell
+
+    settings = _settings(args)
+    _bounded(args.max_rows, "--max-rows", 1, 1_000_000)
+    try:
+        con = open_warehouse(settings.data_dir)
+    except WarehouseMissing as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    try:
+        sql = read_sql(args.query, args.file)
+        if sql is None:
+            return shell(con, out=out, err=err, limit=args.max_rows)
+        run_once(con, sql, out=out, as_json=args.json, limit=args.max_rows)
+        return 0
+    except SqlError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
+    except OSError as exc:
+        raise UsageError(f"cannot read --file {args.file}: {exc.strerror}") from None
+    finally:
+        con.close()
 
 
 # -- speed layer ------------------------------------------------------------------------------
@@ -519,6 +546,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="batch engine (env LEADERBOARD_ENGINE, default duckdb)")
     bat.add_argument("--full", action="store_true", help="recompute everything")
     bat.add_argument("--json", action="store_true")
+
+    sql = add("sql", _cmd_sql, "Read-only SQL on the analysts' warehouse, printed as tables "
+                               "(interactive without a query).")
+    sql.add_argument("query", nargs="*", metavar="SQL",
+                     help="statements to run once, separated by ';' (default: read stdin, "
+                          "or an interactive shell on a terminal)")
+    sql.add_argument("--file", "-f", help="run the statements in this file ('-': stdin)")
+    sql.add_argument("--max-rows", type=int, default=40,
+                     help="rows printed per result (default 40; --json prints all)")
+    sql.add_argument("--json", action="store_true",
+                     help="one JSON object per statement: columns, rows")
 
     spd = add("speed", _cmd_speed, "Speed layer: status, repair, rebuild from the lake, rebase.")
     spd.add_argument("action", choices=["status", "repair", "rebuild", "rebase"])

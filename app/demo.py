@@ -172,7 +172,7 @@ def _run_batches(settings: Settings, first: date, last: date, out: Console,
         table.add_row(str(row["rank"]), row["player_id"], f"{row['score']:,}",
                       f"{row['percentile']:.2f}", f"{row['matches']:,}")
     out.print(table)
-    out.print(f"analysts' warehouse: {warehouse}  (duckdb -readonly {warehouse})")
+    out.print(f"analysts' warehouse: {warehouse}  (query it: leaderboard sql)")
 
 
 def _summarise_lake(settings: Settings, out: Console) -> None:

@@ -4,7 +4,7 @@ Views: `events` (the landing zone), `rollups` (the live version's rollups), `sta
 as_of's latest version: as_of, version, board, window_id, then the standings columns),
 `standings_current`, `histograms`, `boards`. The file is rebuilt beside the old one and
 swapped in by rename, so an analyst holding the old file open is never blocked and never
-sees a half-built warehouse. Open it read-only: `duckdb -readonly data/warehouse.duckdb`.
+sees a half-built warehouse. Query it read-only with `leaderboard sql`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from leaderboard.lake import landed_files
 NOW = "2026-12-01T12:00:00Z"
 GOOD = {"match_id": "m1", "player_id": "alice", "points": 5,
         "event_time": "2026-12-01T10:00:00Z", "region": "na", "mode": "ranked"}
-SHARED = Path(__file__).parents[3] / "shared" / "data" / "international_results.csv"
 
 
 @pytest.fixture
@@ -128,9 +127,9 @@ def test_unknown_extension_is_reported(data, tmp_path, capsys):
     assert "unknown format" in report["errors"][0]
 
 
-def test_backfill_football_then_batch_and_report(data, capsys):
+def test_backfill_football_then_batch_and_report(data, capsys, football_results):
     code, report = run_json(capsys, "--config", "football", "ingest", "--backfill",
-                            str(SHARED))
+                            str(football_results))
     assert code == 0
     assert report["files"][0]["format"] == "football"
     assert report["total"]["accepted"] == 2 * 49_520 - 2 * report["files"][0]["skipped"]
@@ -145,9 +144,10 @@ def test_backfill_football_then_batch_and_report(data, capsys):
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_without_backfill_old_football_matches_would_be_late(data, tmp_path, capsys):
+def test_without_backfill_old_football_matches_would_be_late(data, tmp_path, capsys,
+                                                             football_results):
     source = tmp_path / "few.csv"
-    lines = SHARED.read_text().splitlines()
+    lines = football_results.read_text().splitlines()
     source.write_text("\n".join(lines[:4]) + "\n")
     code, report = run_json(capsys, "--config", "football", "ingest", str(source))
     assert code == 0  # all-time still counts them: accepted as live events

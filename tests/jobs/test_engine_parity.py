@@ -35,7 +35,6 @@ from speed_layer.ingest import Ingestor
 # The `spark` fixture's session is the active one, so the engine run_batch opens uses it.
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
-FOOTBALL_CSV = Path(__file__).parents[3] / "shared" / "data" / "international_results.csv"
 
 #: Every aggregation, both orders, both tie policies, two graces, windows per board.
 PARITY = {
@@ -233,18 +232,16 @@ def test_generated_season_in_full_then_incrementally(season, tmp_path):
 # -- (b) the real football results, backfilled -----------------------------------------------
 
 @pytest.fixture(scope="module")
-def football(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not FOOTBALL_CSV.exists():
-        pytest.skip(f"{FOOTBALL_CSV} is not there (the shared football results)")
+def football(tmp_path_factory: pytest.TempPathFactory, football_results: Path) -> Path:
     data = tmp_path_factory.mktemp("football") / "data"
     lake = data / "lake"
     lake.mkdir(parents=True)
-    table, _ = football_events(FOOTBALL_CSV)
+    table, _ = football_events(football_results)
     since = pa.scalar(datetime(2018, 1, 1, tzinfo=UTC), table.schema.field("event_time").type)
     table = table.filter(pc.greater_equal(table.column("event_time"), since))
     with LandingWriter(lake, "football") as writer:
         report = Ingestor(load_registry("football"), writer).ingest(
-            table, now=datetime(2026, 12, 1, tzinfo=UTC), source=str(FOOTBALL_CSV),
+            table, now=datetime(2026, 12, 1, tzinfo=UTC), source=str(football_results),
             backfill=True)
     assert report.accepted > 10_000
     return data
