@@ -1,4 +1,4 @@
-"""Scores for a top-x% of the merged board (DESIGN.md section 6), exact at every size.
+"""Scores for a top-x% of the merged board (docs/design.md section 6), exact at every size.
 
     top_score(y) = the key at ordinal position r = ceil(y/100 * total) of the merged order
 
@@ -19,7 +19,7 @@ largest k with f(k) >= r: always a key someone holds. It is found in two steps, 
    C = j - count_T(> b_j). The answer is the (r - C)-th largest M key if it is greater
    than b_j, else b_j itself: one ZCOUNT, then one ZREVRANGE.
 
-So there is no "large board" approximation: the base keys are in memory (DESIGN.md section 6
+So there is no "large board" approximation: the base keys are in memory (docs/design.md section 6
 allows one equal-depth bucket of error on large boards; this error is zero), and a query
 costs 3 + ceil(log_{FANOUT+1}(|M| + |T| + 1)) round trips whatever the board's size.
 Rounds are separate reads: a fold landing between them can make the answer a concurrent

@@ -183,7 +183,7 @@ class Leaderboards:
 
     def percentiles(self, board: str, window: str | None = None) -> dict[str, Any]:
         """The score needed now to be in the top 1%, 2%, ... 100% of the merged board
-        (DESIGN.md section 6: the score at position ceil(y/100 * total), exact), and the
+        (docs/design.md section 6: the score at position ceil(y/100 * total), exact), and the
         batch view's equal-width histogram (as of the base version)."""
         merged, loaded = self._merged(board, window)
         percents = [Decimal(y) for y in range(1, 101)]

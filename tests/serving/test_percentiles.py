@@ -1,4 +1,4 @@
-"""top_score(y) on the merged board (DESIGN.md section 6) against an independent oracle.
+"""top_score(y) on the merged board (docs/design.md section 6) against an independent oracle.
 
 The oracle knows nothing of sort keys, Redis or counting: it lists the merged board's scores
 best first (higher first on `desc` boards, lower first on `asc`) and reads the score at
