@@ -18,11 +18,12 @@ export SPARK_LOCAL_IP := 127.0.0.1
 install: $(STAMP)
 
 # Reruns are a no-op until pyproject.toml changes.
-$(STAMP): pyproject.toml scripts/ensure_redis.sh
+$(STAMP): pyproject.toml scripts/ensure_redis.sh scripts/ensure_browser.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	scripts/ensure_redis.sh $(VENV)
+	scripts/ensure_browser.sh
 	touch $@
 
 demo: install

@@ -57,6 +57,11 @@ def run_demo(settings: Settings, args: argparse.Namespace, *, out: Console, err:
     _run_batches(settings, spec.start, settings.now().date() - timedelta(days=1), out, err)
     _fold_today(settings, spec, out, err)
     _show_answers(settings, out)
+    url = f"http://{args.host}:{args.port}/"
+    if args.serve:
+        out.print(f"console: {url}  (live boards, players, distribution, operations)")
+    else:
+        out.print(f"console: {url} once `leaderboard serve --port {args.port}` runs")
     return 0
 
 

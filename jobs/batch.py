@@ -404,6 +404,7 @@ def run_batch(
             boards=_board_summary(standings),
             checks={"events": events_total, "windows_built": len(needed),
                     "standings_rows_written": rows, "scope_points": scope_points},
+            duration_seconds=round((datetime.now(UTC) - started).total_seconds(), 3),
         )
         seal([lake / p for p in {e["path"] for e in rollups.values()}] + writer.paths)
         write_version(lake, manifest, rollups=_rollup_table(rollups), standings=standings)

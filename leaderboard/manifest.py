@@ -82,6 +82,8 @@ class Manifest:
     # boards: {board: {"windows": n, "rows": n}} (a summary for people)
     boards: dict[str, dict[str, int]] = field(default_factory=dict)
     checks: dict[str, Any] = field(default_factory=dict)
+    # Seconds the run took up to writing this manifest (None in manifests older than the field).
+    duration_seconds: float | None = None
 
     @property
     def as_of_date(self) -> date:

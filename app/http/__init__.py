@@ -27,6 +27,7 @@ import redis
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from app.console import router as console_router
 from app.http.auth import ApiKeys, ServerCredential
 from app.http.config import MAX_BATCH_ROWS, MAX_BODY_BYTES, HttpConfig
 from app.http.errors import install_error_handlers
@@ -66,6 +67,7 @@ def create_app(settings: Settings, config: HttpConfig | None = None, *,
     app.add_middleware(TimedRequests, metrics=service.metrics)
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(console_router)
     return app
 
 

@@ -242,6 +242,7 @@ def test_demo_prints_merged_answers_and_a_rerun_changes_nothing(data, capsys):
     assert "global all-time: top 10 of" in printed
     assert "on global all-time: rank" in printed
     assert "global all-time: around" in printed
+    assert "console: http://127.0.0.1:8000/" in printed
     code, top = run_json(capsys, "top", "global", "-n", "10")
     assert code == 0
     assert top["total"] > 0

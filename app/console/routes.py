@@ -1,0 +1,137 @@
+"""The console's routes: HTML pages at `/` and under `/console/`, their static assets, and
+the one JSON answer the API lacks (the operations summary).
+
+The router reads the app's shared service from `request.app.state.service` through the
+small `ConsoleService` protocol, so it depends on what the HTTP app holds, not on how the
+app is split into modules. Pages are left out of the OpenAPI schema: they are a client of
+the API, not part of it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+from typing import Annotated, Protocol, cast
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from app.console import pages
+from app.console.ops import QuarantineTally, ops_status
+from leaderboard.registry import Board, Registry, RegistryError
+from leaderboard.settings import Settings
+from serving.service import Leaderboards
+from speed_layer.service import SpeedLayer
+
+__all__ = ["STATIC_FILES", "ConsoleService", "router"]
+
+#: The assets the pages load (name: media type); nothing else is served from the folder.
+STATIC_FILES = {"console.js": "text/javascript; charset=utf-8",
+                "console.css": "text/css; charset=utf-8"}
+_PAGE_SIZES = (10, 25, 50, 100)
+_Text = Annotated[str, Query(max_length=200)]
+
+
+class ConsoleService(Protocol):
+    """What the console needs from the HTTP app's service."""
+
+    settings: Settings
+    registry: Registry
+    boards: Leaderboards
+    speed: SpeedLayer
+
+
+router = APIRouter(include_in_schema=False)
+_tally = QuarantineTally()
+
+
+def _service(request: Request) -> ConsoleService:
+    return cast(ConsoleService, request.app.state.service)
+
+
+def _html(text: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _board(service: ConsoleService, name: str) -> Board | HTMLResponse:
+    try:
+        return service.registry.board(name)
+    except RegistryError as exc:
+        return _html(pages.not_found_page(str(exc), service.registry), 404)
+
+
+def _window(board: Board, window: str) -> str:
+    """The requested window, else all-time, else the board's first window kind."""
+    if window:
+        return window[:64]
+    return "all-time" if "all-time" in board.windows else board.windows[0]
+
+
+def _default_board(service: ConsoleService, name: str) -> Board | HTMLResponse:
+    return _board(service, name or service.registry.boards[0].name)
+
+
+@router.get("/")
+def boards_page(request: Request) -> Response:
+    return _html(pages.boards_page(_service(request).boards.boards()))
+
+
+@router.get("/console/boards/{board}")
+def board_page(request: Request, board: str, window: _Text = "", n: _Text = "") -> Response:
+    service = _service(request)
+    found = _board(service, board)
+    if isinstance(found, HTMLResponse):
+        return found
+    size = int(n) if n.isdigit() and int(n) in _PAGE_SIZES else 25
+    return _html(pages.board_page(service.registry, found, _window(found, window), size))
+
+
+@router.get("/console/players")
+def player_page(request: Request, board: _Text = "", window: _Text = "", player: _Text = "",
+                friends: Annotated[str, Query(max_length=40_000)] = "") -> Response:
+    service = _service(request)
+    found = _default_board(service, board)
+    if isinstance(found, HTMLResponse):
+        return found
+    return _html(pages.player_page(service.registry, found, _window(found, window),
+                                   player.strip()[:64], friends.strip()))
+
+
+@router.get("/console/distribution")
+def distribution_page(request: Request, board: _Text = "", window: _Text = "") -> Response:
+    service = _service(request)
+    found = _default_board(service, board)
+    if isinstance(found, HTMLResponse):
+        return found
+    return _html(pages.distribution_page(service.registry, found, _window(found, window)))
+
+
+@router.get("/console/ops")
+def ops_page() -> Response:
+    return _html(pages.ops_page())
+
+
+@router.get("/console/api/ops")
+def ops(request: Request) -> JSONResponse:
+    """The operations summary (batch run, speed status, quarantine by reason) as JSON."""
+    service = _service(request)
+    status = ops_status(service.settings.lake_dir, service.speed, service.settings.now(),
+                        _tally)
+    return JSONResponse(status.as_dict(), headers={"Cache-Control": "no-store"})
+
+
+@cache
+def _asset(name: str) -> bytes:
+    return (files("app.console") / "static" / name).read_bytes()
+
+
+@router.get("/console/static/{name}")
+def static(name: str) -> Response:
+    media = STATIC_FILES.get(name)
+    if media is None:
+        return JSONResponse({"error": "not_found",
+                             "message": f"no console asset '{name}'; the assets are "
+                                        f"{', '.join(sorted(STATIC_FILES))}"}, status_code=404)
+    return Response(_asset(name), media_type=media, headers={"Cache-Control": "no-cache"})
+
+
