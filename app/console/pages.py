@@ -179,10 +179,10 @@ def distribution_page(registry: Registry, board: Board, window: str) -> str:
         '<section><h2>Score needed for the top x %</h2><div id="dist-quantiles" class="chart">'
         '</div></section></div>'
         '<table class="grid" id="dist-table"><thead><tr><th class="num">Top</th>'
-        '<th class="num">Score needed</th><th class="num">Ranks</th></tr></thead>'
+        '<th class="num">Score needed</th><th class="num">At rank</th></tr></thead>'
         '<tbody id="dist-rows"></tbody></table>')
     return _layout("distribution", "Score distribution", body,
-                   {"board": board.name, "window": window, "order": board.order})
+                   {"board": board.name, "window": window})
 
 
 def ops_page() -> str:

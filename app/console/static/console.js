@@ -354,9 +354,9 @@
       && (!found || r.top_percent < found.top_percent) ? r : found), null);
   }
 
-  function threshold(row, order) {
-    // The score needed to be in this top-x% bucket: its worst score.
-    return order === "asc" ? row.score_to : row.score_from;
+  function threshold(row) {
+    // The score needed now to be in the top x% (the score at rank ceil(x/100 * total)).
+    return row.score;
   }
 
   function histogramChart(target, bins, marks, logScale) {
@@ -392,12 +392,14 @@
       svg.append(bar);
     });
     marks.forEach((m, i) => {
-      const mx = x(m.score);
+      // Thresholds are live, the histogram is the batch's: one past its range sits at the edge.
+      const beyond = m.score > hi ? " ›" : m.score < lo ? " ‹" : "";
+      const mx = x(Math.min(hi, Math.max(lo, m.score)));
       const right = mx > (L + W - R) / 2;  // labels lean inwards, staggered in two rows
       svg.append(s("line", { class: "marker", x1: mx, y1: T - 4, x2: mx, y2: H - B }),
                  s("text", { class: "marker-label", x: right ? mx - 3 : mx + 3,
                              y: T - 12 + (i % 2) * 10, "text-anchor": right ? "end" : "start" },
-                   `top ${m.top}%`));
+                   `top ${m.top}%${beyond ? ": " + nf.format(m.score) + beyond : ""}`));
     });
     svg.append(s("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }),
                s("text", { x: L, y: H - 12 }, nf.format(lo)),
@@ -406,13 +408,13 @@
     target.replaceChildren(svg);
   }
 
-  function quantileChart(target, rows, order) {
+  function quantileChart(target, rows) {
     if (!rows.length) {
       target.replaceChildren(h("p", { class: "muted" }, "No percentile table for this window yet."));
       return;
     }
     const [W, H, L, R, T, B] = [560, 240, 64, 12, 16, 34];
-    const points = rows.map((r) => ({ top: r.top_percent, score: threshold(r, order) }));
+    const points = rows.map((r) => ({ top: r.top_percent, score: threshold(r) }));
     const scores = points.map((p) => p.score);
     const [lo, hi] = [Math.min(...scores), Math.max(...scores)];
     // Heavy tails: a log score axis when every score is positive and they span 100x or more.
@@ -436,7 +438,7 @@
     for (const mark of MARKS) {
       const row = rowFor(rows, mark);
       if (!row) continue;
-      const score = threshold(row, order);
+      const score = threshold(row);
       svg.append(s("line", { class: "marker", x1: x(mark), y1: T, x2: x(mark), y2: H - B }),
                  s("circle", { class: "dot", cx: x(row.top_percent), cy: y(score), r: 3 }),
                  s("text", { class: "marker-label", x: x(mark) + 4,
@@ -454,25 +456,25 @@
   function distributionPage() {
     const board = body.dataset.board;
     const win = body.dataset.window;
-    const order = body.dataset.order;
     let answer = null;
     let logScale = true;
     function draw() {
       if (!answer) return;
       const rows = answer.top_percent || [];
       const marks = MARKS.map((top) => ({ top, row: rowFor(rows, top) }))
-        .filter((m) => m.row).map((m) => ({ top: m.top, score: threshold(m.row, order) }));
+        .filter((m) => m.row).map((m) => ({ top: m.top, score: threshold(m.row) }));
       histogramChart($("#dist-histogram"), answer.histogram || [], marks, logScale);
-      quantileChart($("#dist-quantiles"), rows, order);
-      const players = (answer.histogram || []).reduce((sum, b) => sum + b.players, 0);
-      $("#dist-summary").textContent = `${answer.board} · ${answer.window} · batch as of ` +
-        `${answer.as_of || "— (no batch yet)"} · ${nf.format(players)} players`;
+      quantileChart($("#dist-quantiles"), rows);
+      const counted = (answer.histogram || []).reduce((sum, b) => sum + b.players, 0);
+      $("#dist-summary").textContent = `${answer.board} · ${answer.window} · ` +
+        `${num(answer.total)} players now (thresholds are live) · histogram: batch as of ` +
+        `${answer.as_of || "— (no batch yet)"}, ${nf.format(counted)} players`;
       const wanted = [1, 5, 10, 25, 50, 75, 90, 100];
       $("#dist-rows").replaceChildren(...wanted.map((top) => [top, rowFor(rows, top)])
         .filter(([, r]) => r)
         .map(([top, r]) => h("tr", {}, h("td", { class: "num" }, top + " %"),
-                             h("td", { class: "num" }, num(threshold(r, order))),
-                             h("td", { class: "num" }, `${num(r.rank_from)}–${num(r.rank_to)}`))));
+                             h("td", { class: "num" }, num(threshold(r))),
+                             h("td", { class: "num" }, "#" + num(r.players)))));
     }
     $("#dist-scale").addEventListener("click", () => {
       logScale = !logScale;
@@ -482,7 +484,7 @@
     poll(async () => {
       answer = await api(`${boardPath(board)}/percentiles?window=${enc(win)}`);
       draw();
-    }, 30000);
+    }, 5000);
   }
 
   // -- operations --------------------------------------------------------------------------
