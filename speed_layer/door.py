@@ -10,6 +10,14 @@ fingerprint: about 1 in 10^16 per lookup at a billion remembered ids. A lookup s
 bucket's string: keep about 100 ids a bucket per generation (`buckets` ~ ids per horizon /
 100; the default 16384 suits ~1.6 million ids a day).
 
+The door is atomic per identity: `claim` checks and records the ids in one script per group
+(a retry reaching two writers at once is new to exactly one of them), before the rows land.
+The claimed records are also kept in an in-flight key per (group, writer)
+(`lb:ids:{group}:inflight:<writer>`: the writer's next seq and the generation, then the
+records) until the landing is settled; a failed landing releases them, and a writer killed
+in between has them recovered on its next claim (released unless the writer's files since
+that seq hold them). A writer holds one claim at a time (a landing writer is one process).
+
 Buckets are the fields of `groups` hashes per generation (`lb:ids:{group}:generation`, the
 bucket's 4-byte number as the field; field `n` counts the ids), so a batch costs at most one
 script call per group, with two keys and one argument, and a call stays in one Redis Cluster
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -29,7 +38,8 @@ import redis
 
 from speed_layer.fold import ScriptPipeline, _sha
 
-__all__ = ["DEFAULT_BUCKETS", "DEFAULT_GROUPS", "Door", "fingerprints"]
+__all__ = ["DEFAULT_BUCKETS", "DEFAULT_GROUPS", "Claim", "ClaimPending", "Door", "InFlight",
+           "fingerprints"]
 
 DEFAULT_BUCKETS = 16384
 DEFAULT_GROUPS = 64
@@ -95,6 +105,73 @@ return added
 """
 
 
+#: KEYS: the group's current and previous generation, the writer's in-flight key. ARGV: ttl,
+#: 12-byte records, the in-flight header. Checks and records each id at once; returns one
+#: character per record ('1' seen before, or earlier in this call; '0' claimed now), or the
+#: error `INFLIGHT` while the writer's previous claim is not settled (recover it first).
+_CLAIM = _HAS + """
+if redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('INFLIGHT') end
+local ttl, ids, found, records, order, claimed = ARGV[1], ARGV[2], {}, {}, {}, {}
+for i = 1, #ids, 12 do
+  local b, f = string.sub(ids, i, i + 3), string.sub(ids, i + 4, i + 11)
+  local r = records[b]
+  if not r then
+    r = {old = redis.call('HGET', KEYS[1], b) or '', prev = redis.call('HGET', KEYS[2], b) or '',
+         new = {}, seen = {}}
+    records[b] = r
+    order[#order + 1] = b
+  end
+  if r.seen[f] or has(r.old, f) or has(r.prev, f) then
+    found[#found + 1] = '1'
+  else
+    r.new[#r.new + 1] = f
+    r.seen[f] = true
+    claimed[#claimed + 1] = b .. f
+    found[#found + 1] = '0'
+  end
+end
+for _, b in ipairs(order) do
+  local r = records[b]
+  if #r.new > 0 then redis.call('HSET', KEYS[1], b, r.old .. table.concat(r.new)) end
+end
+if #claimed > 0 then
+  redis.call('HINCRBY', KEYS[1], 'n', #claimed)
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('SET', KEYS[3], ARGV[3] .. table.concat(claimed), 'EX', ttl)
+end
+return table.concat(found)
+"""
+
+#: KEYS: a generation. ARGV: 12-byte records. Removes each fingerprint from its bucket (the
+#: claims of a landing that failed); returns the number removed.
+_RELEASE = """
+local ids, removed = ARGV[1], 0
+for i = 1, #ids, 12 do
+  local b, f = string.sub(ids, i, i + 3), string.sub(ids, i + 4, i + 11)
+  local s = redis.call('HGET', KEYS[1], b)
+  local at = 1
+  while s do
+    at = string.find(s, f, at, true)
+    if not at then break end
+    if at % 8 == 1 then
+      s = string.sub(s, 1, at - 1) .. string.sub(s, at + 8)
+      if #s > 0 then redis.call('HSET', KEYS[1], b, s) else redis.call('HDEL', KEYS[1], b) end
+      removed = removed + 1
+      break
+    end
+    at = at + 1
+  end
+end
+if removed > 0 then redis.call('HINCRBY', KEYS[1], 'n', -removed) end
+return removed
+"""
+
+
+class ClaimPending(RuntimeError):
+    """A writer's previous claim is still in flight (its process died between claiming and
+    settling): `Door.recover` settles it from the lake."""
+
+
 def _digests(match_ids: Sequence[str] | pa.Array | pa.ChunkedArray,
              player_ids: Sequence[str] | pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A 16-byte blake2b digest of each identity `match_id NUL player_id`, as (n, 16) uint8."""
@@ -127,6 +204,36 @@ def fingerprints(match_ids: Sequence[str] | pa.Array | pa.ChunkedArray,
     return _buckets_of(digests, buckets), [row.tobytes() for row in digests[:, 8:]]
 
 
+@dataclass(frozen=True)
+class Claim:
+    """The ids one landing claimed: settle it once the rows landed; if landing failed,
+    `SpeedLayer.recover_claims` releases the ids whose rows are not in the lake."""
+
+    door: Door
+    writer: str
+    generation: int
+    groups: tuple[tuple[int, bytes], ...]  # (group, 12-byte records claimed there)
+
+    def settle(self) -> None:
+        """The rows landed: the claims stand (only the in-flight record goes)."""
+        if self.groups:
+            self.client.delete(*[self.door.inflight_key(g, self.writer) for g, _ in self.groups])
+
+    @property
+    def client(self) -> redis.Redis:
+        return self.door.client
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A claim left in flight by a writer that died: what `Door.recover` needs to know."""
+
+    group: int
+    next_seq: int
+    generation: int
+    records: bytes
+
+
 class Door:
     """Check and remember ids; every call is one pipelined round trip."""
 
@@ -140,6 +247,8 @@ class Door:
         self.groups = groups
         self._check_sha = _sha(_CHECK)
         self._remember_sha = _sha(_REMEMBER)
+        self._claim_sha = _sha(_CLAIM)
+        self._release_sha = _sha(_RELEASE)
 
     def _generation(self, at: datetime) -> int:
         return int(at.timestamp() // self.horizon.total_seconds())
@@ -178,6 +287,90 @@ class Door:
                 flags = flags.encode()
             result[rows] = np.frombuffer(flags, dtype=np.uint8) == ord("1")
         return result
+
+    def inflight_key(self, group: int, writer: str) -> str:
+        return f"lb:ids:{{{group}}}:inflight:{writer}"
+
+    def claim(self, table: pa.Table, at: datetime, writer: str,
+              next_seq: int) -> tuple[np.ndarray, Claim]:
+        """Per row True if its id was accepted within the horizon before (a retry), and the
+        claim of the others, recorded in the same script so two writers never both claim
+        one id. Raises ClaimPending while the writer's previous claim is in flight."""
+        result = np.zeros(table.num_rows, dtype=bool)
+        generation = self._generation(at)
+        if table.num_rows == 0:
+            return result, Claim(self, writer, generation, ())
+        ttl = int(self.horizon.total_seconds() * 2) + 3600
+        header = f"{next_seq} {generation}\n".encode()
+        groups = self._groups(table)
+        pipe = ScriptPipeline(self.client)
+        for group, _, records in groups:
+            pipe.script(_CLAIM, self._claim_sha,
+                        [self.key(group, generation), self.key(group, generation - 1),
+                         self.inflight_key(group, writer)], [ttl, records, header])
+        try:
+            replies = pipe.execute()
+        except redis.ResponseError as exc:
+            if "INFLIGHT" in str(exc):
+                raise ClaimPending(f"writer {writer} has a claim in flight") from None
+            raise
+        claimed = []
+        for (group, rows, records), flags in zip(groups, replies, strict=True):
+            if isinstance(flags, str):  # a client with decode_responses=True
+                flags = flags.encode()
+            seen = np.frombuffer(flags, dtype=np.uint8) == ord("1")
+            result[rows] = seen
+            if not seen.all():
+                mine = np.frombuffer(records, dtype=np.uint8).reshape(-1, _RECORD)[~seen]
+                claimed.append((group, mine.tobytes()))
+        return result, Claim(self, writer, generation, tuple(claimed))
+
+    def in_flight(self, writer: str) -> list[InFlight]:
+        """The writer's claims left in flight (one pipelined round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for group in range(self.groups):
+            pipe.get(self.inflight_key(group, writer))
+        found = []
+        for group, raw in enumerate(pipe.execute()):
+            if raw:
+                head, _, records = bytes(raw).partition(b"\n")
+                seq, generation = head.split()
+                found.append(InFlight(group, int(seq), int(generation), records))
+        return found
+
+    def records_of(self, table: pa.Table) -> set[bytes]:
+        """The 12-byte records of a table's ids."""
+        found: set[bytes] = set()
+        for _, _, records in self._groups(table) if table.num_rows else []:
+            found.update(records[i:i + _RECORD] for i in range(0, len(records), _RECORD))
+        return found
+
+    def recover(self, writer: str, landed: set[bytes], flights: list[InFlight]) -> int:
+        """Settle a dead writer's claims: those whose rows landed (`landed`: the records of
+        its files since the claim's seq) stand, the rest are released. Returns how many."""
+        released = 0
+        for flight in flights:
+            lost = b"".join(flight.records[i:i + _RECORD]
+                            for i in range(0, len(flight.records), _RECORD)
+                            if flight.records[i:i + _RECORD] not in landed)
+            if lost:
+                released += self.release(flight.generation, [lost])
+            self.client.delete(self.inflight_key(flight.group, writer))
+        return released
+
+    def release(self, generation: int, records: list[bytes]) -> int:
+        """Forget claimed ids (their rows never landed); returns how many were removed."""
+        by_group: dict[int, list[bytes]] = {}
+        for chunk in records:
+            for i in range(0, len(chunk), _RECORD):
+                record = chunk[i:i + _RECORD]
+                bucket = int.from_bytes(record[:4], "big")
+                by_group.setdefault(bucket % self.groups, []).append(record)
+        pipe = ScriptPipeline(self.client)
+        for group, found in sorted(by_group.items()):
+            pipe.script(_RELEASE, self._release_sha, [self.key(group, generation)],
+                        [b"".join(found)])
+        return sum(int(r) for r in pipe.execute())
 
     def remember(self, table: pa.Table, at: datetime) -> None:
         """Record the ids of landed rows (idempotent: safe to repeat after a crash)."""

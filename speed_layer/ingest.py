@@ -8,6 +8,7 @@ across batches and the fold into Redis attach here.)
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -117,9 +118,10 @@ class Ingestor:
         if unparseable is not None and unparseable.num_rows:
             rejected = pa.concat_tables([rejected, unparseable.select(rejected.column_names)
                                          .cast(rejected.schema)])
-        accepted, retries = validated.accepted, 0
+        accepted, retries, claim = validated.accepted, 0, None
         if self.speed is not None and not backfill:
-            accepted, retries = self.speed.admit(accepted, now)
+            accepted, retries, claim = self.speed.claim(accepted, now, self.writer.writer,
+                                                        self.writer.next_seq)
         report = IngestReport(
             rows=table.num_rows + (0 if unparseable is None else unparseable.num_rows),
             accepted=accepted.num_rows, rejected=rejected.num_rows,
@@ -133,14 +135,26 @@ class Ingestor:
                 validated.rejected.column("detail").to_pylist(), strict=True))
         if backfill:
             ingested_at = accepted.column("event_time")
-        report.files = self.writer.land(accepted, ingested_at)
-        report.quarantine_files = self.writer.quarantine(rejected, now)
+        try:
+            faults.checkpoint("ingest.after_claim")
+            report.files = self.writer.land(accepted, ingested_at)
+        except BaseException:
+            if claim is not None and claim.groups:
+                # A retry must be accepted for every row that did not land (a landing over
+                # several partitions may have landed some files): settle from the lake.
+                self.speed.recover_claims(self.writer.writer)  # type: ignore[union-attr]
+            raise
         faults.checkpoint("ingest.after_land")
+        if claim is not None:
+            # On a Redis error the claim stays in flight: this writer's next claim recovers it.
+            with suppress(redis.RedisError):
+                claim.settle()
+        report.quarantine_files = self.writer.quarantine(rejected, now)
         if self.speed is not None and report.files:
-            # Backfilled rows are folded too where they are past the watermark, but are not
-            # remembered at the door (trusted imports are deduped by the batch).
+            # Claimed ids are already remembered; backfilled rows are folded too where they
+            # are past the watermark, but not remembered (the batch dedupes trusted imports).
             try:
-                self.speed.after_land(report.files, accepted, now, remember=not backfill)
+                self.speed.after_land(report.files, accepted, now, remember=False)
             except redis.RedisError as exc:
                 report.fold_error = f"{type(exc).__name__}: {exc}"
         return report

@@ -30,7 +30,7 @@ from leaderboard.speed_keys import (
     read_current_version,
     windows_key,
 )
-from speed_layer.door import Door
+from speed_layer.door import Claim, ClaimPending, Door
 from speed_layer.fold import Folder
 
 __all__ = ["SpeedLayer", "SpeedStatus"]
@@ -86,12 +86,34 @@ class SpeedLayer:
 
     # -- ingest -----------------------------------------------------------------------------
 
-    def admit(self, accepted: pa.Table, at: datetime) -> tuple[pa.Table, int]:
-        """Drop rows whose id was accepted within the horizon; returns (kept, retries)."""
-        seen = self.door.seen(accepted, at)
+    def claim(self, accepted: pa.Table, at: datetime, writer: str,
+              next_seq: int) -> tuple[pa.Table, int, Claim]:
+        """Claim the ids of rows about to land (dropping those accepted within the horizon):
+        returns (kept, retries, claim). Settle the claim once the rows landed, release it
+        if landing failed. A claim a dead process of this writer left in flight is
+        recovered first."""
+        try:
+            seen, claim = self.door.claim(accepted, at, writer, next_seq)
+        except ClaimPending:
+            self.recover_claims(writer)
+            seen, claim = self.door.claim(accepted, at, writer, next_seq)
         if not seen.any():
-            return accepted, 0
-        return accepted.filter(pa.array(~seen)), int(seen.sum())
+            return accepted, 0, claim
+        return accepted.filter(pa.array(~seen)), int(seen.sum()), claim
+
+    def recover_claims(self, writer: str) -> int:
+        """Settle the claims a dead process of `writer` left in flight from the lake: ids
+        whose rows landed stay claimed, the others are released. Returns how many."""
+        flights = self.door.in_flight(writer)
+        if not flights:
+            return 0
+        since = min(f.next_seq for f in flights)
+        landed: set[bytes] = set()
+        for found in landed_files(self.lake):
+            if found.writer == writer and found.seq >= since:
+                landed |= self.door.records_of(pq.read_table(
+                    found.path, columns=["match_id", "player_id"]))
+        return self.door.recover(writer, landed, flights)
 
     def after_land(self, files: list[LandedFile], table: pa.Table, at: datetime, *,
                    remember: bool = True) -> None:

@@ -115,3 +115,22 @@ def write_registry(path: Path, raw: dict) -> None:
         for k, v in board.items():
             lines.append(f"{k} = {v!r}".replace("'", '"'))
     path.write_text("\n".join(lines) + "\n")
+
+
+def batches(events: list[dict]) -> list[tuple]:
+    """Group events into hourly landing batches: [(landing time, table)], as a game server
+    would send them."""
+    slots: dict = {}
+    for event in events:
+        slot = event["ingested_at"].replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        slots.setdefault(slot, []).append(event)
+    result = []
+    for slot in sorted(slots):
+        rows = slots[slot]
+        result.append((slot, pa.table({
+            "match_id": [r["match_id"] for r in rows], "player_id": [r["player_id"] for r in rows],
+            "points": pa.array([r["points"] for r in rows], pa.int64()),
+            "event_time": pa.array([r["event_time"] for r in rows], TIMESTAMP),
+            "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
+            "server_id": ["s1"] * len(rows)})))
+    return result

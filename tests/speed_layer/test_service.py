@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 import redis
-from lakes import day, random_stream
+from lakes import batches, day, random_stream
 from oracle import reference_standings
 
 from jobs.batch import run_batch
@@ -19,7 +18,6 @@ from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import read_current
 from leaderboard.redis_server import EmbeddedRedis
 from leaderboard.registry import load_registry
-from leaderboard.schema import TIMESTAMP
 from leaderboard.settings import Settings
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
@@ -35,24 +33,6 @@ def snapshot(client: redis.Redis, tag: str) -> dict[str, dict[str, float]]:
         found[key.decode()] = {p.decode(): s for p, s in client.zrange(key, 0, -1,
                                                                        withscores=True)}
     return found
-
-
-def batches(events: list[dict]) -> list[tuple]:
-    """Group events into hourly landing batches: [(landing time, table)]."""
-    slots: dict = {}
-    for event in events:
-        slot = event["ingested_at"].replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-        slots.setdefault(slot, []).append(event)
-    result = []
-    for slot in sorted(slots):
-        rows = slots[slot]
-        result.append((slot, pa.table({
-            "match_id": [r["match_id"] for r in rows], "player_id": [r["player_id"] for r in rows],
-            "points": pa.array([r["points"] for r in rows], pa.int64()),
-            "event_time": pa.array([r["event_time"] for r in rows], TIMESTAMP),
-            "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
-            "server_id": ["s1"] * len(rows)})))
-    return result
 
 
 def ingest_all(speed: SpeedLayer, lake: Path, registry, events: list[dict], *,
@@ -116,8 +96,7 @@ def _crash_child(lake: Path, redis_url: str, crash: str) -> int:
 import os, signal, sys
 sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 import redis
-from lakes import day, random_stream
-from test_service import batches
+from lakes import batches, day, random_stream
 from leaderboard.lake import LandingWriter
 from leaderboard.registry import load_registry
 from speed_layer.ingest import Ingestor
