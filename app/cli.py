@@ -334,7 +334,8 @@ def _leaderboards(settings: Settings) -> Any:
     except (redis.ConnectionError, redis.TimeoutError, RuntimeError) as exc:
         raise _ReadFailed(f"the speed layer (Redis) is unreachable ({exc}); set REDIS_URL or "
                           "leave it unset for the local server under the data dir") from None
-    return Leaderboards(settings.lake_dir, settings.registry, client, now=settings.now)
+    return Leaderboards(settings.lake_dir, settings.registry, client, now=settings.now,
+                        base_cache_bytes=settings.base_cache_bytes)
 
 
 class _ReadFailed(Exception):

@@ -5,10 +5,12 @@ LEADERBOARD_CONFIG   board registry: a TOML path or a shipped name (default: `de
 REDIS_URL            Redis/Valkey URL; unset means an embedded local server under the data dir
 LEADERBOARD_ENGINE   batch engine: duckdb (default) | spark
 LEADERBOARD_NOW      ISO 8601 instant that replaces the wall clock everywhere (tests, demos)
+LEADERBOARD_BASE_CACHE_BYTES  bound on the base arrays a serving process keeps (default 512MiB)
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -19,9 +21,15 @@ from pathlib import Path
 from leaderboard.registry import Registry, load_registry
 from leaderboard.timeutil import parse_instant
 
-__all__ = ["ENGINES", "Settings", "SettingsError"]
+__all__ = ["DEFAULT_BASE_CACHE_BYTES", "ENGINES", "Settings", "SettingsError", "parse_bytes"]
 
 ENGINES = ("duckdb", "spark")
+
+#: 512 MiB: about 17 million players at ~30 bytes each (one very large board, or thousands
+#: of small windows), well below a serving host's memory.
+DEFAULT_BASE_CACHE_BYTES = 512 * 1024 * 1024
+
+_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
 
 
 class SettingsError(ValueError):
@@ -35,6 +43,7 @@ class Settings:
     redis_url: str | None
     engine: str
     now_override: datetime | None
+    base_cache_bytes: int = DEFAULT_BASE_CACHE_BYTES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -51,6 +60,9 @@ class Settings:
             redis_url=env.get("REDIS_URL") or None,
             engine=(env.get("LEADERBOARD_ENGINE") or "duckdb").lower(),
             now_override=now_override,
+            base_cache_bytes=parse_bytes(env.get("LEADERBOARD_BASE_CACHE_BYTES") or "",
+                                         "LEADERBOARD_BASE_CACHE_BYTES",
+                                         DEFAULT_BASE_CACHE_BYTES),
         )
         given = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(given.get("data_dir"), str):
@@ -81,3 +93,19 @@ class Settings:
     @property
     def lake_dir(self) -> Path:
         return self.data_dir / "lake"
+
+
+def parse_bytes(text: str, name: str, default: int) -> int:
+    """A size setting: whole bytes, or a number with KiB, MiB or GiB ("512MiB")."""
+    raw = text.strip()
+    if not raw:
+        return default
+    digits = raw.rstrip("BbKkIiMmGg ")
+    unit = raw[len(digits):].strip().lower()
+    try:
+        value = float(digits)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or not (math.isfinite(value) and value >= 0):
+        raise SettingsError(f"{name}={text!r} is not a size; give whole bytes or e.g. 512MiB")
+    return int(value * _UNITS[unit])

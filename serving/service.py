@@ -26,7 +26,8 @@ from leaderboard.manifest import list_versions, read_current, read_version, wate
 from leaderboard.registry import Board, Registry
 from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion, read_current_version
 from leaderboard.timeutil import format_instant
-from serving.base import BaseBoard, load_base
+from serving.base import load_base
+from serving.basecache import DEFAULT_BASE_CACHE_BYTES, BaseCache
 from serving.merge import MergedBoard
 from serving.percentiles import keys_at, position_for, top_percent
 
@@ -53,11 +54,13 @@ class _Loaded:
 
 class Leaderboards:
     def __init__(self, lake: Path, registry: Registry, client: redis.Redis,
-                 now: Callable[[], datetime], *, pointer_ttl: float = 0.0) -> None:
+                 now: Callable[[], datetime], *, pointer_ttl: float = 0.0,
+                 base_cache_bytes: int = DEFAULT_BASE_CACHE_BYTES) -> None:
         """`pointer_ttl`: seconds the version pointer read from Redis is reused (0: read on
         every query). A server may reuse it briefly: after a rebase flips the pointer, the
         old version's keys live on for an hour, so a query up to that late is still answered
-        consistently from one version, just that much older."""
+        consistently from one version, just that much older. `base_cache_bytes`: the bound
+        on the base arrays kept between queries (`serving.basecache`)."""
         self.lake = Path(lake)
         self.registry = registry
         self.client = client
@@ -66,7 +69,7 @@ class Leaderboards:
         self.pointer_ttl = pointer_ttl
         self._clock: Callable[[], float] = time.monotonic
         self._pointer: tuple[float, SpeedVersion | None] | None = None
-        self._bases: dict[tuple[str, str, str], BaseBoard] = {}
+        self.bases = BaseCache(base_cache_bytes)
 
     # -- version and windows ----------------------------------------------------------------
 
@@ -93,7 +96,7 @@ class Leaderboards:
             if pointer.version is not None:
                 view = BatchView(self.lake, read_version(self.lake, pointer.version))
             self._loaded = _Loaded(pointer, view)
-            self._bases = {k: v for k, v in self._bases.items() if k[0] == pointer.tag}
+            self.bases.keep_version(pointer.tag)
         return self._loaded
 
     def resolve(self, board_name: str, window: str | None) -> tuple[Board, Window]:
@@ -118,11 +121,8 @@ class Leaderboards:
         board, found = self.resolve(board_name, window)
         loaded = self.version()
         key = (loaded.version.tag, board.name, found.id)
-        # Read once: another thread (the HTTP app's pool) may replace `_bases` meanwhile.
-        base = self._bases.get(key)
-        if base is None:
-            base = self._bases[key] = load_base(loaded.view, board.name, found.id,
-                                                ordinal=board.ties == "earliest")
+        base = self.bases.get(key, lambda: load_base(loaded.view, board.name, found.id,
+                                                     ordinal=board.ties == "earliest"))
         bits = self.registry.calendar.time_bits(found.kind) if board.ties == "earliest" else 0
         return MergedBoard(board, found, bits, base, self.client,
                            BoardWindowKeys(board.name, found.id, loaded.version.tag)), loaded

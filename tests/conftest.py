@@ -73,7 +73,7 @@ def now() -> datetime:
 
 
 _SETTINGS_VARS = ("LEADERBOARD_DATA", "LEADERBOARD_CONFIG", "REDIS_URL", "LEADERBOARD_ENGINE",
-                  "LEADERBOARD_NOW")
+                  "LEADERBOARD_NOW", "LEADERBOARD_BASE_CACHE_BYTES")
 
 
 @pytest.fixture

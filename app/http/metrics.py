@@ -1,5 +1,5 @@
 """Prometheus metrics of one process: request latency per route, score visibility, and
-figures read at scrape time (speed lag, Redis up, the top-N cache counters).
+figures read at scrape time (speed lag, Redis up, the top-N and base cache counters).
 
 Each app has its own `CollectorRegistry`, so two apps in one process (tests) never share or
 double-register collectors.
@@ -67,6 +67,24 @@ class _LiveCollector:
                                   "Share of top-N answers that needed no computation")
         ratio.add_metric([], stats.hit_ratio)
         families.append(ratio)
+        bases = self.service.boards.bases.stats()
+        for name, value, text in (
+                ("bytes", bases.bytes, "Bytes of base arrays kept (LRU, bounded by "
+                                       "LEADERBOARD_BASE_CACHE_BYTES)"),
+                ("max_bytes", bases.max_bytes, "The bound on leaderboard_base_cache_bytes "
+                                               "(LEADERBOARD_BASE_CACHE_BYTES)"),
+                ("entries", bases.entries, "Board-windows whose base arrays are kept")):
+            gauge = GaugeMetricFamily(f"leaderboard_base_cache_{name}", text)
+            gauge.add_metric([], value)
+            families.append(gauge)
+        for name, value, text in (
+                ("evictions", bases.evictions, "Base board-windows dropped to stay under "
+                                               "the bound (least recently used first)"),
+                ("oversized", bases.oversized, "Base board-windows larger than the whole "
+                                               "bound: served, not kept")):
+            family = CounterMetricFamily(f"leaderboard_base_cache_{name}", text)
+            family.add_metric([], value)
+            families.append(family)
         return families
 
 

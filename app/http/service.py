@@ -59,7 +59,8 @@ class Service:
         self._owns_client = client is None
         self.client = _redis_client(settings) if client is None else client
         self.boards = Leaderboards(settings.lake_dir, self.registry, self.client,
-                                   now=settings.now, pointer_ttl=POINTER_TTL)
+                                   now=settings.now, pointer_ttl=POINTER_TTL,
+                                   base_cache_bytes=settings.base_cache_bytes)
         self.speed = SpeedLayer(self.client, self.registry, settings.lake_dir)
         self.cache = TopCache(config.top_ttl, config.top_max_stale)
         self.metrics = Metrics(self)

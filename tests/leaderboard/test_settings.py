@@ -124,3 +124,17 @@ def test_settings_are_immutable():
     settings = Settings.from_env({})
     with pytest.raises(AttributeError):
         settings.engine = "spark"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", 512 * 1024**2), ("1048576", 1024**2), ("64KiB", 64 * 1024), ("1.5 GiB", 3 * 1024**3 // 2),
+    ("0", 0), ("300b", 300)])
+def test_the_base_cache_bound_reads_bytes_and_binary_units(text, expected):
+    settings = Settings.from_env({"LEADERBOARD_BASE_CACHE_BYTES": text})
+    assert settings.base_cache_bytes == expected
+
+
+@pytest.mark.parametrize("text", ["-1", "5MB", "lots", "inf", "nan", "1e400"])
+def test_a_bad_base_cache_bound_names_the_variable(text):
+    with pytest.raises(SettingsError, match=r"LEADERBOARD_BASE_CACHE_BYTES=.*e\.g\. 512MiB"):
+        Settings.from_env({"LEADERBOARD_BASE_CACHE_BYTES": text})
