@@ -285,6 +285,7 @@ def _cmd_speed(args: argparse.Namespace) -> int:
 
 
 def _cmd_ban(args: argparse.Namespace) -> int:
+    _player(args.player)
     settings = _settings(args)
     speed = _require_speed(settings)
     if args.command == "ban":
@@ -432,8 +433,19 @@ def _cmd_top(args: argparse.Namespace) -> int:
     return _emit(args, answer, render_top)
 
 
+def _player(value: str) -> str:
+    """A player id as the HTTP API checks it: a bad one is bad usage (exit 2), not unranked."""
+    from leaderboard.validation import id_problem
+
+    problem = id_problem(value)
+    if problem is not None:
+        raise UsageError(problem)
+    return value
+
+
 @_read_command
 def _cmd_rank(args: argparse.Namespace) -> int:
+    _player(args.player)
     answer = _query(args, lambda boards: boards.player(args.board, args.player, args.window))
     return _emit(args, answer, render_rank)
 
@@ -443,6 +455,7 @@ def _cmd_around(args: argparse.Namespace) -> int:
     from serving.service import MAX_AROUND_K
 
     k = _bounded(args.k, "-k", 1, MAX_AROUND_K)
+    _player(args.player)
     answer = _query(args, lambda boards: boards.around(args.board, args.player, k, args.window))
     return _emit(args, answer, lambda found: render_around(found, args.player))
 

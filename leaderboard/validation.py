@@ -6,6 +6,7 @@ reason). Bad input never raises here: a missing column rejects its rows, it does
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,20 +30,58 @@ from leaderboard.schema import (
 from leaderboard.sortkey import max_abs_score
 from leaderboard.timeutil import to_utc
 
-__all__ = ["ID_PATTERN", "REASONS", "Validated", "validate_events"]
+__all__ = ["ID_PATTERN", "ID_RULE", "MATCH_ID_PATTERN", "REASONS", "UNPRINTABLE_RANGES",
+           "Validated", "id_problem", "validate_events"]
 
-#: player_id and server_id: 1-64 chars of [A-Za-z0-9_.:-].
-ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+#: player_id and server_id: 1-64 chars of [A-Za-z0-9_.:-], but not "." or "..", which no URL
+#: can name (clients normalise them away as path segments). Written without lookahead so RE2
+#: (Arrow), Python and ECMA (OpenAPI) read it alike.
+ID_PATTERN = (r"^(?:[A-Za-z0-9_:-]|[A-Za-z0-9_.:-][A-Za-z0-9_:-]|[A-Za-z0-9_:-]\.|"
+              r"[A-Za-z0-9_.:-]{3,64})$")
+ID_RULE = "1-64 chars of [A-Za-z0-9_.:-], not . or .."
+_ID = re.compile(ID_PATTERN)
 _MATCH_ID_MAX = 128
+
+
+#: Characters a match_id may not hold: controls (Cc, including C1 such as U+0085), format
+#: characters (Cf: bidi overrides such as U+202E, zero-width ones) and the line and paragraph
+#: separators (Zl, Zp), as code point ranges (Unicode 14; tests/leaderboard/test_validation.py
+#: checks them against this Python's tables). One definition for RE2 (validation) and the
+#: OpenAPI pattern (Python and ECMA regexes).
+UNPRINTABLE_RANGES = (
+    (0x00, 0x1F), (0x7F, 0x9F), (0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD),
+    (0x70F, 0x70F), (0x890, 0x891), (0x8E2, 0x8E2), (0x180E, 0x180E), (0x200B, 0x200F),
+    (0x2028, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x13438), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)
+
+
+def _literal(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x20 or code == 0x7F else re.escape(chr(code))
+
+
+_UNPRINTABLE = "".join(_literal(a) if a == b else f"{_literal(a)}-{_literal(b)}"
+                       for a, b in UNPRINTABLE_RANGES)
+#: match_id: 1-128 characters, not all whitespace, none of them unprintable (see above).
+MATCH_ID_PATTERN = rf"^[^{_UNPRINTABLE}]*[^\s{_UNPRINTABLE}][^{_UNPRINTABLE}]*$"
+
+
+def id_problem(value: str, what: str = "player id") -> str | None:
+    """Why `value` is not a valid id (None: it is), in words a person can act on."""
+    if _ID.match(value):
+        return None
+    return f"{what} {_shown(value)} must be {ID_RULE}"
+
 
 #: Every reason code a rejected row can carry, in the order the checks run.
 REASONS: dict[str, str] = {
     "unparseable": "a line or record of the input file could not be parsed",
     "missing_field": "a required field is absent or null",
     "bad_type": "a field has a value of the wrong type or out of range",
-    "bad_match_id": "match_id is empty, too long or has control characters",
-    "bad_player_id": "player_id is not 1-64 chars of [A-Za-z0-9_.:-]",
-    "bad_server_id": "server_id is not 1-64 chars of [A-Za-z0-9_.:-]",
+    "bad_match_id": "match_id is blank, too long or has control, format or separator characters",
+    "bad_player_id": f"player_id is not {ID_RULE}",
+    "bad_server_id": f"server_id is not {ID_RULE}",
     "unknown_region": "region is not in the registry",
     "unknown_mode": "mode is not in the registry",
     "before_calendar_start": "event_time is before the calendar's all_time_start",
@@ -191,7 +230,7 @@ def _match_id_bad(values: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
     return (_mask(pc.greater(length, _MATCH_ID_MAX))
             | _mask(pc.equal(pc.fill_null(pc.utf8_length(pc.utf8_trim_whitespace(values)), 1),
                              0))
-            | _mask(pc.match_substring_regex(values, r"[\x00-\x1f\x7f]")))
+            | _mask(pc.match_substring_regex(values, f"[{_UNPRINTABLE}]")))
 
 
 def _id_bad(values: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
@@ -244,7 +283,12 @@ def _as_points(column: pa.ChunkedArray, checks: _Checks) -> npt.NDArray[np.int64
         text = pc.cast(column, pa.string())
         ok = _mask(pc.match_substring_regex(text, r"^\s*[+-]?\d{1,18}\s*$"))
         bad = ~ok & ~_mask(pc.is_null(text))
-        checks.fail(bad, "bad_type",
+        # An integer too long for the exact range is out of range, not "not an integer".
+        long = bad & _mask(pc.match_substring_regex(text, r"^\s*[+-]?\d+\s*$"))
+        checks.fail(long, "bad_type",
+                    lambda i: f"points {_shown(text[i].as_py())} is out of range: at most 18 "
+                              "digits (|points| < 10^18)")
+        checks.fail(bad & ~long, "bad_type",
                     lambda i: f"points {_shown(text[i].as_py())} is not an integer")
         # Arrow's string->int64 cast refuses a leading '+', which the pattern allows.
         unsigned = pc.utf8_ltrim(pc.utf8_trim_whitespace(text), characters="+")
@@ -547,9 +591,10 @@ def validate_events(
                           "printable characters")
     for name, code in (("player_id", "bad_player_id"), ("server_id", "bad_server_id")):
         values = text[name]
-        bad = _exact_on(_screen(values, _id_bytes, 1, 64), values, _id_bad)
+        # Ids of 1-2 chars go to the exact check too: "." and ".." have allowed bytes.
+        bad = _exact_on(_screen(values, _id_bytes, 3, 64), values, _id_bad)
         checks.fail(bad, code, lambda i, v=values, f=name: (
-            f"{f} {_shown(v[i].as_py())} must be 1-64 chars of [A-Za-z0-9_.:-]"))
+            f"{f} {_shown(v[i].as_py())} must be {ID_RULE}"))
     plan = _plan(registry)
     codes: dict[str, npt.NDArray[np.int64]] = {}
     for name, code, known, known_set, other in (

@@ -65,18 +65,20 @@ MAX_DATE = date(9998, 12, 31)
 
 
 def player_ids(max_size: int = 64) -> st.SearchStrategy[str]:
-    """Valid player ids: 1-64 chars of [A-Za-z0-9_.:-]."""
-    return st.text(ID_ALPHABET, min_size=1, max_size=max_size)
+    """Valid player ids: 1-64 chars of [A-Za-z0-9_.:-], not "." or ".." (no URL names them)."""
+    return st.text(ID_ALPHABET, min_size=1, max_size=max_size).filter(
+        lambda s: s not in (".", ".."))
 
 
 def server_ids() -> st.SearchStrategy[str]:
-    """Valid server ids (same alphabet as player ids)."""
-    return st.text(ID_ALPHABET, min_size=1, max_size=64)
+    """Valid server ids (the rule of player ids)."""
+    return player_ids()
 
 
 def match_ids() -> st.SearchStrategy[str]:
-    """Valid match ids: 1-128 printable characters, not all whitespace."""
-    printable = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))
+    """Valid match ids: 1-128 characters, not all whitespace, without control, format or
+    line/paragraph separator characters."""
+    printable = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Cf", "Zl", "Zp"))
     return st.text(printable, min_size=1, max_size=128).filter(lambda s: s.strip() != "")
 
 

@@ -1,9 +1,10 @@
 """Who may write: the keys file, game servers' API keys and HMAC secrets, the admin key.
 
 `POST /v1/events` needs a game server's credential: an API key (`Authorization: Bearer
-<key>` or `X-API-Key`), or an HMAC-SHA256 of the body under the server's secret
-(`X-Server-Id` + `X-Signature: sha256=<hex>`). Admin routes need the separate admin key.
-Every comparison of a secret runs in constant time.
+<key>` or `X-API-Key`), or an HMAC-SHA256 under the server's secret of
+`<X-Timestamp>.<body>` (`X-Server-Id` + `X-Timestamp: <Unix seconds>` + `X-Signature:
+sha256=<hex>`), refused more than 5 minutes either side of the server's clock. Admin routes
+need the separate admin key. Every comparison of a secret runs in constant time.
 """
 
 from __future__ import annotations
@@ -14,15 +15,20 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from app.http.errors import ApiError
 from leaderboard.settings import SettingsError
-from leaderboard.validation import ID_PATTERN
+from leaderboard.timeutil import format_instant
+from leaderboard.validation import ID_PATTERN, ID_RULE
 
-__all__ = ["ApiKeys", "ServerCredential", "bearer", "check_admin", "check_server"]
+__all__ = ["SIGNATURE_WINDOW", "ApiKeys", "ServerCredential", "bearer", "check_admin",
+           "check_server", "check_signed"]
 
+#: How far X-Timestamp of a signed request may be from the server's clock, either way.
+SIGNATURE_WINDOW = timedelta(minutes=5)
 _MIN_KEY_LENGTH = 16
 _ID = re.compile(ID_PATTERN)
 
@@ -78,7 +84,7 @@ class ApiKeys:
         for server_id, entry in sorted(servers_raw.items()):
             where = f"servers.{server_id}"
             if not _ID.match(server_id):
-                raise fail(where, "names a server_id that is not 1-64 chars of [A-Za-z0-9_.:-]")
+                raise fail(where, f"names a server_id that is not {ID_RULE}")
             if isinstance(entry, str):
                 entry = {"key": entry}
             if not isinstance(entry, dict) or not entry or set(entry) - {"key", "secret"}:
@@ -110,13 +116,18 @@ class ApiKeys:
                 found = server.server_id
         return found
 
-    def verify_signature(self, server_id: str, body: bytes, signature: str) -> bool:
-        """Whether `signature` (hex, optionally `sha256=`-prefixed) is the HMAC-SHA256 of
-        the body under the server's secret."""
+    def verify_signature(self, server_id: str, timestamp: str, body: bytes,
+                         signature: str) -> bool:
+        """Whether `signature` (hex, optionally prefixed `sha256=` in any case) is the
+        HMAC-SHA256 of `<timestamp>.<body>` under the server's secret."""
         secret = next((s.secret for s in self.servers if s.server_id == server_id), None)
-        expected = hmac.new((secret or "").encode(), body, hashlib.sha256).hexdigest()
-        given = signature.strip().removeprefix("sha256=").lower()
-        return hmac.compare_digest(expected.encode(), given.encode()) and secret is not None
+        expected = hmac.new((secret or "").encode(), timestamp.encode() + b"." + body,
+                            hashlib.sha256).hexdigest()
+        given = signature.strip()
+        if given[:7].lower() == "sha256=":
+            given = given[7:]
+        return (hmac.compare_digest(expected.encode(), given.lower().encode("utf-8", "replace"))
+                and secret is not None)
 
     def is_admin(self, key: str) -> bool:
         return self.admin_key is not None and hmac.compare_digest(self.admin_key.encode(),
@@ -139,7 +150,8 @@ def check_server(keys: ApiKeys, authorization: str | None, x_api_key: str | None
     if token is None and not signed:
         raise ApiError(401, "unauthenticated",
                        "send the server's API key (Authorization: Bearer <key> or "
-                       "X-API-Key), or X-Server-Id and X-Signature (HMAC-SHA256 of the body)",
+                       "X-API-Key), or X-Server-Id, X-Timestamp and X-Signature (HMAC-SHA256 "
+                       "of '<timestamp>.<body>')",
                        headers={"WWW-Authenticate": "Bearer"})
     if token is None:
         return None
@@ -147,6 +159,33 @@ def check_server(keys: ApiKeys, authorization: str | None, x_api_key: str | None
     if server_id is None:
         raise ApiError(403, "forbidden", "the API key is not one of the configured "
                                          f"server keys ({keys.source})")
+    return server_id
+
+
+def check_signed(keys: ApiKeys, server_id: str, timestamp: str | None, signature: str,
+                 body: bytes, now: datetime) -> str:
+    """The server of a signed request: its signature must cover `<X-Timestamp>.<body>` and
+    the timestamp be within SIGNATURE_WINDOW of the server's clock, so a captured request
+    cannot be replayed later (within the window, the idempotency door drops a replay)."""
+    if timestamp is None:
+        raise ApiError(401, "unauthenticated",
+                       "a signed request needs X-Timestamp (Unix seconds) and X-Signature: "
+                       "sha256=<hex HMAC-SHA256 of '<timestamp>.<body>'>",
+                       headers={"WWW-Authenticate": "Bearer"})
+    text = timestamp.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 12:
+        raise ApiError(403, "forbidden", f"X-Timestamp {text[:40]!r} is not Unix seconds "
+                                         "(an integer such as 1764612000)")
+    skew = abs(now.timestamp() - int(text))
+    if skew > SIGNATURE_WINDOW.total_seconds():
+        raise ApiError(403, "forbidden",
+                       f"X-Timestamp {text} is {skew:,.0f} s from the server's clock "
+                       f"({format_instant(now)}); signatures are accepted for "
+                       f"{SIGNATURE_WINDOW.total_seconds():.0f} s: sign again with the "
+                       "current time (and check the clock)")
+    if not keys.verify_signature(server_id, text, body, signature):
+        raise ApiError(403, "forbidden", "X-Signature is not the HMAC-SHA256 of "
+                                         "'<X-Timestamp>.<body>' under that server's secret")
     return server_id
 
 

@@ -4,7 +4,6 @@ encoding of read answers."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import date, datetime
 from typing import Annotated, Any
 
@@ -12,16 +11,13 @@ from fastapi import Path, Query
 from fastapi.responses import Response
 
 from app.http.errors import ApiError
-from leaderboard.validation import ID_PATTERN
+from leaderboard.validation import ID_PATTERN, ID_RULE, id_problem
 
 __all__ = ["BoardName", "PlayerId", "Window", "check_player_id", "encode_json", "json_answer"]
 
-_ID = re.compile(ID_PATTERN)
-
 BoardName = Annotated[str, Path(description="board name, e.g. `global` or `region:na`",
                                 max_length=64)]
-PlayerId = Annotated[str, Path(description="player id: 1-64 chars of [A-Za-z0-9_.:-]",
-                               pattern=ID_PATTERN)]
+PlayerId = Annotated[str, Path(description=f"player id: {ID_RULE}", pattern=ID_PATTERN)]
 Window = Annotated[str | None, Query(
     description="`daily|weekly|monthly|season|all-time` (the window open now) or a window id "
                 "such as `weekly:2026-W49`; default all-time", max_length=64)]
@@ -29,9 +25,9 @@ Window = Annotated[str | None, Query(
 
 def check_player_id(value: str, where: str) -> str:
     """A player id from a place the schema cannot check (a comma-separated list)."""
-    if not _ID.match(value):
-        raise ApiError(422, "invalid_request", f"{where}: player id {value[:80]!r} must be 1-64 "
-                                               "chars of [A-Za-z0-9_.:-]")
+    problem = id_problem(value)
+    if problem is not None:
+        raise ApiError(422, "invalid_request", f"{where}: {problem}")
     return value
 
 

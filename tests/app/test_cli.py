@@ -228,6 +228,11 @@ def test_reads_print_tables_for_people(served, capsys):
     (["rank", "global", "alice", "--window", "daily:2026-13-01"], "2026-13-01"),
     (["top", "global", "-n", "0"], "-n 0 is out of range"),
     (["around", "global", "alice", "-k", "51"], "-k 51 is out of range"),
+    # Ids are checked as the HTTP API checks them: bad usage, not "unranked" and exit 0.
+    (["rank", "global", "bad id!"], "player id 'bad id!' must be 1-64 chars"),
+    (["rank", "global", ".."], "not . or .."),
+    (["around", "global", "x" * 65], "must be 1-64 chars"),
+    (["ban", "bad id!"], "player id 'bad id!'"),
 ])
 def test_bad_reads_exit_2(data, capsys, argv, says):
     assert main(argv) == 2

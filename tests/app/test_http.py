@@ -40,6 +40,7 @@ with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is i
 pytestmark = pytest.mark.redis
 
 NOW = "2026-12-01T18:00:00Z"
+NOW_TS = int(datetime(2026, 12, 1, 18, tzinfo=UTC).timestamp())
 KEY_EU = "eu-1-key-0123456789abcdef"
 KEY_NA = "na-1-key-0123456789abcdef"
 SECRET_NA = "na-1-secret-0123456789abcdef"
@@ -135,7 +136,9 @@ def test_openapi_and_docs(reader):
                  "/healthz", "/metrics"):
         assert path in spec["paths"], path
     body = spec["paths"]["/v1/events"]["post"]["requestBody"]["content"]["application/json"]
-    assert body["schema"]["properties"]["events"]["maxItems"] == 10_000
+    wrapped, bare = body["schema"]["anyOf"]  # {"events": [...]} or the bare array
+    assert wrapped["properties"]["events"] == bare
+    assert (bare["minItems"], bare["maxItems"]) == (1, 10_000)
     assert "swagger" in reader.get("/docs").text.lower()
 
 
@@ -163,7 +166,7 @@ def test_ingest_needs_a_credential(world):
     assert _post(world, {"events": [EVENT]}, key="not-a-key-0123456789").status_code == 403
     assert _post(world, {"events": [EVENT]}, key=ADMIN).status_code == 403  # admin != server
     wrong = world.client.post("/v1/events", content=b'{"events": []}', headers={
-        "X-Server-Id": "na-1", "X-Signature": "sha256=" + "0" * 64})
+        "X-Server-Id": "na-1", "X-Timestamp": str(NOW_TS), "X-Signature": "sha256=" + "0" * 64})
     assert wrong.status_code == 403
     assert not _lake_rows(world.lake, "quarantine")
 
@@ -182,21 +185,59 @@ def test_server_id_comes_from_the_credential(world):
     assert read["score"] == before + 7  # folded: visible in the next read
 
 
+def _signed(body: bytes, timestamp: int = NOW_TS, secret: str = SECRET_NA,
+            server: str = "na-1", prefix: str = "sha256=") -> dict[str, str]:
+    """The headers of a request signed as the README says: HMAC-SHA256 of '<ts>.<body>'."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return {"X-Server-Id": server, "X-Timestamp": str(timestamp),
+            "X-Signature": prefix + digest.hexdigest()}
+
+
 def test_hmac_signed_batch(world):
     body = json.dumps([dict(EVENT, match_id="h2")]).encode()  # a bare array is a batch too
-    signature = hmac.new(SECRET_NA.encode(), body, hashlib.sha256).hexdigest()
-    answer = world.client.post("/v1/events", content=body, headers={
-        "X-Server-Id": "na-1", "X-Signature": f"sha256={signature}"})
+    answer = world.client.post("/v1/events", content=body, headers=_signed(body))
     assert answer.status_code == 200, answer.text
     assert answer.json()["server_id"] == "na-1"
-    tampered = world.client.post("/v1/events", content=body.replace(b"7", b"9"), headers={
-        "X-Server-Id": "na-1", "X-Signature": f"sha256={signature}"})
+    tampered = world.client.post("/v1/events", content=body.replace(b"7", b"9"),
+                                 headers=_signed(body))
     assert tampered.status_code == 403
-    no_secret = world.client.post("/v1/events", content=body, headers={
-        "X-Server-Id": "eu-1", "X-Signature": hmac.new(
-            b"", body, hashlib.sha256).hexdigest()})
+    no_secret = world.client.post("/v1/events", content=body,
+                                  headers=_signed(body, secret="", server="eu-1", prefix=""))
     assert no_secret.status_code == 403  # eu-1 has no secret: HMAC is not an option for it
     assert [r["server_id"] for r in _lake_rows(world.lake) if r["match_id"] == "h2"] == ["na-1"]
+
+
+def test_a_signed_body_cannot_be_replayed_later(world):
+    """The signature covers a timestamp, refused beyond 5 minutes either way: the same
+    signed body sent 49 h later (past the idempotency horizon) is refused, not counted
+    again."""
+    body = json.dumps({"events": [dict(EVENT, match_id="replayed")]}).encode()
+    before = world.boards.player("global", "p001")["score"]
+    captured = _signed(body, timestamp=NOW_TS - 49 * 3600)
+    replay = world.client.post("/v1/events", content=body, headers=captured)
+    assert replay.status_code == 403, replay.text
+    assert "X-Timestamp" in replay.json()["message"]
+    moved = dict(captured, **{"X-Timestamp": str(NOW_TS)})  # a fresh stamp breaks the HMAC
+    assert world.client.post("/v1/events", content=body, headers=moved).status_code == 403
+    for late in (NOW_TS - 301, NOW_TS + 301):
+        assert world.client.post("/v1/events", content=body,
+                                 headers=_signed(body, timestamp=late)).status_code == 403
+    unstamped = {k: v for k, v in _signed(body).items() if k != "X-Timestamp"}
+    missing = world.client.post("/v1/events", content=body, headers=unstamped)
+    assert missing.status_code == 401
+    assert "X-Timestamp" in missing.json()["message"]
+    assert world.boards.player("global", "p001")["score"] == before
+    assert not any(r["match_id"] == "replayed" for r in _lake_rows(world.lake))
+    within = world.client.post("/v1/events", content=body,
+                               headers=_signed(body, timestamp=NOW_TS - 299))
+    assert within.status_code == 200, within.text
+
+
+@pytest.mark.parametrize("prefix", ["SHA256=", "Sha256=", "sha256=", ""])
+def test_the_signature_prefix_is_case_insensitive(world, prefix):
+    body = json.dumps([dict(EVENT, match_id=f"pre-{prefix}")]).encode()
+    answer = world.client.post("/v1/events", content=body, headers=_signed(body, prefix=prefix))
+    assert answer.status_code == 200, answer.text
 
 
 # -- ingest: per-row answers --------------------------------------------------------------------
@@ -206,7 +247,7 @@ def test_invalid_rows_are_answered_per_row_and_the_good_ones_land(world):
             dict(EVENT, match_id="b1", player_id="bad id!"),
             "not an object",
             dict(EVENT, match_id="b2", region="moon"),
-            dict(EVENT, match_id="g2", player_id="p002", points="3"),
+            dict(EVENT, match_id="g2", player_id="p002", points=3),
             dict(EVENT, match_id="b3", points=5.5)]
     answer = _post(world, {"events": rows})
     assert answer.status_code == 207, answer.text
@@ -223,6 +264,84 @@ def test_invalid_rows_are_answered_per_row_and_the_good_ones_land(world):
     assert sorted(q["reason"] for q in quarantined) == [
         "bad_player_id", "bad_type", "unknown_region", "unparseable"]
     assert {q["source"] for q in quarantined} == {"http:eu-1"}
+
+
+@pytest.mark.parametrize(("field", "value", "reason", "says"), [
+    # The HTTP contract is typed JSON: points a JSON integer, every other field a string.
+    ("points", "5", "bad_type", "JSON integer"),
+    ("points", " 5 ", "bad_type", "JSON integer"),
+    ("points", 5.0, "bad_type", "JSON integer"),
+    ("points", True, "bad_type", "a boolean"),
+    ("points", 9223372036854775807, "bad_type", "9223372036854775807' is out of range"),
+    ("player_id", 123, "bad_type", "player_id must be a JSON string"),
+    ("match_id", 7, "bad_type", "match_id must be a JSON string"),
+    ("region", ["na"], "bad_type", "region must be a JSON string"),
+    ("event_time", 1764608400, "bad_type", "event_time must be a JSON string"),
+    ("match_id", "m\x85x", "bad_match_id", "match_id"),
+    ("match_id", "m\u202ex", "bad_match_id", "match_id"),
+    ("player_id", ".", "bad_player_id", "not . or .."),
+    ("player_id", "..", "bad_player_id", "not . or .."),
+])
+def test_each_field_has_one_strictness(world, field, value, reason, says):
+    """A row breaking the contract the OpenAPI states is rejected with its reason and
+    quarantined; the good row beside it lands."""
+    rows = [dict(EVENT, match_id="ok-row"), {**EVENT, "match_id": "bad-row", field: value}]
+    answer = _post(world, {"events": rows})
+    assert answer.status_code == 207, answer.text
+    [rejected] = answer.json()["rejected"]
+    assert (rejected["row"], rejected["reason"]) == (1, reason)
+    assert says in rejected["detail"], rejected["detail"]
+    now = datetime(2026, 12, 1, 18, tzinfo=UTC)
+    assert [r["match_id"] for r in _lake_rows(world.lake) if r["ingested_at"] == now] == [
+        "ok-row"]
+    assert [q["reason"] for q in _lake_rows(world.lake, "quarantine")] == [reason]
+
+
+def test_a_lone_surrogate_costs_only_its_own_row(world):
+    """A lone UTF-16 surrogate (valid JSON escape, not text) in any string field: that row is
+    quarantined with a reason, the good rows beside it land; no 500."""
+    rows = [json.dumps(dict(EVENT, match_id="good-1")),
+            json.dumps(dict(EVENT, match_id="sur-1")).replace('"p001"', '"p\\ud800"'),
+            json.dumps(dict(EVENT, match_id="sur-2")).replace('"sur-2"', '"sur-\\udfff"'),
+            json.dumps(dict(EVENT, match_id="sur-3")).replace('"ranked"', '"\\ud83d"'),
+            json.dumps(dict(EVENT, match_id="good-2", player_id="p002"))]
+    body = ('{"events": [' + ",".join(rows) + "]}").encode()
+    answer = world.client.post("/v1/events", content=body,
+                               headers={"Authorization": f"Bearer {KEY_EU}"})
+    assert answer.status_code == 207, answer.text
+    rejected = answer.json()["rejected"]
+    assert [(r["row"], r["reason"]) for r in rejected] == [
+        (1, "unparseable"), (2, "unparseable"), (3, "unparseable")]
+    assert "surrogate" in rejected[0]["detail"]
+    assert "player_id" in rejected[0]["detail"]
+    landed = {r["match_id"] for r in _lake_rows(world.lake)}
+    assert {"good-1", "good-2"} <= landed
+    assert not any(m.startswith("sur-") for m in landed)
+    quarantined = _lake_rows(world.lake, "quarantine")
+    assert len(quarantined) == 3
+    assert "\\ud800" in quarantined[0]["match_id"]  # the raw row, escaped, is kept
+
+
+@pytest.mark.parametrize("depth", [1_000, 5_000, 100_000])
+def test_deeply_nested_json_is_a_400(world, depth):
+    body = b'{"events": ' + b"[" * depth + b"]" * depth + b"}"
+    answer = world.client.post("/v1/events", content=body,
+                               headers={"Authorization": f"Bearer {KEY_EU}"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "bad_json"
+    assert "nests" in answer.json()["message"]
+
+
+def test_a_deeply_nested_field_costs_only_its_row(world):
+    nested = "[" * 900 + "]" * 900
+    body = ('{"events": [' + json.dumps(dict(EVENT, match_id="deep-ok")) + ","
+            + json.dumps(dict(EVENT, match_id="deep-bad")).replace('"na"', nested) + "]}")
+    answer = world.client.post("/v1/events", content=body.encode(),
+                               headers={"Authorization": f"Bearer {KEY_EU}"})
+    assert answer.status_code in (207, 400), answer.text
+    if answer.status_code == 207:
+        assert [r["reason"] for r in answer.json()["rejected"]] == ["bad_type"]
+        assert "deep-ok" in {r["match_id"] for r in _lake_rows(world.lake)}
 
 
 def test_a_batch_of_only_invalid_rows_is_422(world):
@@ -362,6 +481,7 @@ def test_ban_and_unban_show_in_the_next_read(world):
     bad = world.client.post("/v1/admin/bans", json={"player_id": "bad id"},
                             headers={"X-Admin-Key": ADMIN})
     assert bad.status_code == 422
+    assert "player_id" in bad.json()["message"]
     banned = world.client.post("/v1/admin/bans", json=action, headers={"X-Admin-Key": ADMIN})
     assert banned.status_code == 200, banned.text
     assert banned.json()["status"] == "banned"
@@ -373,6 +493,18 @@ def test_ban_and_unban_show_in_the_next_read(world):
     assert unbanned.status_code == 200
     top = world.client.get("/v1/boards/global/top", params={"n": 3}).json()["entries"]
     assert top[0] == leader
+
+
+@pytest.mark.parametrize("route", ["/v1/admin/bans", "/v1/admin/unbans"])
+@pytest.mark.parametrize("body", [b'{"player_id": "bad id"}', b"{nope", b"", b"[]"])
+def test_admin_routes_authenticate_before_reading_the_body(world, route, body):
+    """Without the admin key, any body is a 401 (a wrong key 403), never a 422 first."""
+    assert world.client.post(route, content=body).status_code == 401
+    wrong = world.client.post(route, content=body, headers={"X-Admin-Key": KEY_EU})
+    assert wrong.status_code == 403
+    admin = world.client.post(route, content=body, headers={"X-Admin-Key": ADMIN})
+    assert admin.status_code == 422
+    assert admin.json()["error"] == "invalid_request"
 
 
 # -- operations -------------------------------------------------------------------------------
@@ -471,9 +603,16 @@ def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
         assert top.status_code == 200
         assert top.json() == Leaderboards(settings.lake_dir, settings.registry, redis_client,
                                           now=settings.now).top("region:na", 3)
-        posted = httpx.post(f"{base}/v1/events", json={"events": [EVENT]},
-                            headers={"X-API-Key": KEY_EU}, timeout=10)
-        assert posted.status_code == 200, posted.text
+        # Hostile bodies on one keep-alive connection: each a 4xx, and the connection
+        # still serves the next request.
+        auth = {"X-API-Key": KEY_EU, "Content-Type": "application/json"}
+        with httpx.Client(base_url=base, headers=auth, timeout=10) as http:
+            deep = http.post("/v1/events", content=b"[" * 100_000 + b"]" * 100_000)
+            assert deep.status_code == 400, deep.text
+            surrogate = http.post("/v1/events", content=b'[{"match_id": "\\ud800"}]')
+            assert surrogate.status_code == 422, surrogate.text
+            posted = http.post("/v1/events", json={"events": [EVENT]})
+            assert posted.status_code == 200, posted.text
     finally:
         server.terminate()
         server.wait(15)

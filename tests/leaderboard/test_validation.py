@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
+import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +27,13 @@ from strategies import (
 from leaderboard.registry import Registry
 from leaderboard.schema import EVENT_SCHEMA, INPUT_FIELDS, QUARANTINE_SCHEMA
 from leaderboard.sortkey import max_abs_score
-from leaderboard.validation import REASONS, validate_events
+from leaderboard.validation import (
+    ID_PATTERN,
+    MATCH_ID_PATTERN,
+    REASONS,
+    UNPRINTABLE_RANGES,
+    validate_events,
+)
 
 US = timedelta(microseconds=1)
 REJECTED_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("ingested_at"))
@@ -110,7 +119,10 @@ CASES: dict[str, Case] = {
     "points 1.5": Case({"points": "1.5"}, "bad_type", ("points", "'1.5'")),
     "points 1e3": Case({"points": "1e3"}, "bad_type", ("'1e3'",)),
     "points empty": Case({"points": ""}, "bad_type", ("points", "''")),
-    "points 19 digits": Case({"points": "9" * 19}, "bad_type", ("9" * 19,)),
+    "points 19 digits": Case({"points": "9" * 19}, "bad_type", ("9" * 19, "out of range")),
+    "points int64 max": Case({"points": "9223372036854775807"}, "bad_type",
+                             ("'9223372036854775807' is out of range",)),
+    "points -19 digits": Case({"points": " -" + "1" * 19}, "bad_type", ("out of range",)),
     "event_time yesterday": Case({"event_time": "yesterday"}, "bad_type",
                                  ("event_time", "'yesterday'", "ISO 8601")),
     "event_time month 13": Case({"event_time": "2026-13-01T00:00:00Z"}, "bad_type",
@@ -123,6 +135,14 @@ CASES: dict[str, Case] = {
     "match_id control char": Case({"match_id": "m\x07x"}, "bad_match_id", (repr("m\x07x"),)),
     "match_id newline": Case({"match_id": "m1\n"}, "bad_match_id", (repr("m1\n"),)),
     "match_id DEL": Case({"match_id": "m\x7f"}, "bad_match_id", (repr("m\x7f"),)),
+    "match_id NEL (C1 control)": Case({"match_id": "m\x85x"}, "bad_match_id",
+                                      (repr("m\x85x"),)),
+    "match_id bidi override": Case({"match_id": "m\u202ex"}, "bad_match_id",
+                                   (repr("m\u202ex"),)),
+    "match_id zero width": Case({"match_id": "m\u200bx"}, "bad_match_id", ("match_id",)),
+    "match_id line separator": Case({"match_id": "m\u2028"}, "bad_match_id", ("match_id",)),
+    "match_id tag character": Case({"match_id": "m\U000e0041"}, "bad_match_id",
+                                   ("match_id",)),
     # bad_player_id
     "player_id empty": Case({"player_id": ""}, "bad_player_id", ("player_id ''", "1-64")),
     "player_id 65 chars": Case({"player_id": "p" * 65}, "bad_player_id", (repr("p" * 65),)),
@@ -130,6 +150,9 @@ CASES: dict[str, Case] = {
     "player_id unicode": Case({"player_id": "jösé"}, "bad_player_id", ("'jösé'",)),
     "player_id slash": Case({"player_id": "a/b"}, "bad_player_id", ("'a/b'",)),
     "player_id trailing newline": Case({"player_id": "p1\n"}, "bad_player_id", (repr("p1\n"),)),
+    "player_id dot": Case({"player_id": "."}, "bad_player_id", ("'.'", "not . or ..")),
+    "player_id dot dot": Case({"player_id": ".."}, "bad_player_id", ("'..'",)),
+    "server_id dot": Case({"server_id": "."}, "bad_server_id", ("server_id '.'",)),
     # bad_server_id
     "server_id space": Case({"server_id": "s 1"}, "bad_server_id", ("server_id 's 1'",)),
     "server_id empty": Case({"server_id": ""}, "bad_server_id", ("server_id ''",)),
@@ -675,3 +698,32 @@ def test_garbage_never_crashes_and_never_costs_a_good_row(registry, garbage, dat
     assert all(d for d in result.rejected.column("detail").to_pylist())
     rejected_raw = [{k: r[k] for k in INPUT_FIELDS} for r in result.rejected.to_pylist()]
     assert all(r in rows for r in rejected_raw), "quarantine keeps the raw values"
+
+
+def test_unprintable_ranges_are_this_pythons_control_format_and_separator_characters():
+    """The hard-coded ranges (one definition for RE2 and the OpenAPI pattern) are exactly the
+    Cc, Cf, Zl and Zp characters of this Python's Unicode tables."""
+    listed = {c for a, b in UNPRINTABLE_RANGES for c in range(a, b + 1)}
+    tables = {c for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF
+              and unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp")}
+    assert listed == tables
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ("m1", True), ("match 1", True), ("été-ü", True), ("\u00a0x\u00a0", True), ("   ", False),
+    ("\u3000", False), ("m\x85", False), ("m\u202e", False), ("", False), ("\t", False)])
+def test_the_openapi_match_id_pattern_says_what_validation_does(registry, value, ok):
+    """The schema's pattern (Python re, as OpenAPI tools read it) and validation (RE2 in
+    Arrow) agree on each value."""
+    assert bool(re.match(MATCH_ID_PATTERN, value)) is ok
+    table = text_table([text_row(**{"match_id": value})])
+    assert validate_events(table, registry, now=FIXED_NOW).accepted.num_rows == int(ok)
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ("a", True), ("a.", True), (".a", True), ("...", True), ("a.b", True), ("_", True),
+    (".", False), ("..", False), ("", False), ("a b", False), ("x" * 64, True), ("x" * 65, False)])
+def test_the_id_pattern_says_what_validation_does(registry, value, ok):
+    assert bool(re.match(ID_PATTERN, value)) is ok
+    table = text_table([text_row(**{"player_id": value})])
+    assert validate_events(table, registry, now=FIXED_NOW).accepted.num_rows == int(ok)

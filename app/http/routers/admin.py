@@ -1,43 +1,71 @@
-"""Operator actions behind the admin key: ban and unban a player on every board."""
+"""Operator actions behind the admin key: ban and unban a player on every board.
+
+The key is checked before the body is read: a caller without it learns nothing about what
+a valid body looks like (401/403, never a 422 first).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from app.http.auth import check_admin
-from app.http.service import ServiceDep
-from leaderboard.validation import ID_PATTERN
+from app.http.service import Service, ServiceDep
+from leaderboard.validation import ID_PATTERN, ID_RULE
 
 __all__ = ["PlayerAction", "router"]
 
-router = APIRouter(tags=["admin"])
+_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no admin key"},
+    403: {"description": "wrong admin key, or none is configured"},
+    422: {"description": "the body is not a valid action"},
+}
 
 
 class PlayerAction(BaseModel):
     """A ban or an unban of one player."""
 
-    player_id: str = Field(pattern=ID_PATTERN, description="1-64 chars of [A-Za-z0-9_.:-]")
+    player_id: str = Field(pattern=ID_PATTERN, description=ID_RULE)
     reason: str = Field("", max_length=500, description="why (kept in the lake's tombstone)")
 
 
-@router.post("/v1/admin/bans", summary="Ban a player from every board")
-def ban(service: ServiceDep, action: Annotated[PlayerAction, Body()],
-        authorization: Annotated[str | None, Header()] = None,
-        x_admin_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+async def _admin(service: ServiceDep,
+                 authorization: Annotated[str | None, Header()] = None,
+                 x_admin_key: Annotated[str | None, Header()] = None) -> Service:
     check_admin(service.config.keys, authorization, x_admin_key)
+    return service
+
+
+async def _action(request: Request) -> PlayerAction:
+    """The body, read only once the admin dependency (declared first) has passed."""
+    try:
+        return PlayerAction.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**error, "loc": ("body", *error["loc"])}
+             for error in exc.errors(include_url=False, include_context=False)]) from None
+
+
+AdminDep = Annotated[Service, Depends(_admin)]
+ActionDep = Annotated[PlayerAction, Depends(_action)]
+
+router = APIRouter(tags=["admin"], responses=_AUTH_RESPONSES)
+_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": PlayerAction.model_json_schema()}}}}
+
+
+@router.post("/v1/admin/bans", summary="Ban a player from every board", openapi_extra=_BODY)
+def ban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
     count = service.speed.ban(action.player_id, service.settings.now(), action.reason)
     service.cache.clear()
     return {"player_id": action.player_id, "status": "banned", "board_windows": count}
 
 
-@router.post("/v1/admin/unbans", summary="Unban a player, restoring scores")
-def unban(service: ServiceDep, action: Annotated[PlayerAction, Body()],
-          authorization: Annotated[str | None, Header()] = None,
-          x_admin_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
-    check_admin(service.config.keys, authorization, x_admin_key)
+@router.post("/v1/admin/unbans", summary="Unban a player, restoring scores", openapi_extra=_BODY)
+def unban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
     count = service.speed.unban(action.player_id, service.settings.now())
     service.cache.clear()
     return {"player_id": action.player_id, "status": "unbanned", "board_windows": count}

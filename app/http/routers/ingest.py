@@ -11,33 +11,46 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.http.auth import check_server
+from app.http.auth import check_server, check_signed
 from app.http.config import MAX_BATCH_ROWS
 from app.http.errors import ApiError
 from app.http.service import ServiceDep
-from app.sources import field_text, unparseable_rows
+from app.sources import unparseable_rows
 from leaderboard.schema import INPUT_FIELDS
-from leaderboard.validation import ID_PATTERN
+from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 
 __all__ = ["EVENT_BODY_SCHEMA", "router"]
 
 router = APIRouter(tags=["ingest"])
 
-EVENT_BODY_SCHEMA: dict[str, Any] = {
+#: One event: the row contract. Strings are JSON strings and points a JSON integer (5, not
+#: "5"): the HTTP contract is typed, unlike CSV files, whose fields are all text.
+EVENT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"events": {"type": "array", "maxItems": MAX_BATCH_ROWS, "items": {
-        "type": "object",
-        "required": ["match_id", "player_id", "points", "event_time", "region", "mode"],
-        "properties": {
-            "match_id": {"type": "string", "maxLength": 128},
-            "player_id": {"type": "string", "pattern": ID_PATTERN},
-            "points": {"type": "integer"},
-            "event_time": {"type": "string", "format": "date-time"},
-            "region": {"type": "string"}, "mode": {"type": "string"},
-            "server_id": {"type": "string", "description": "ignored: taken from the credential"},
-        }}}},
-    "required": ["events"],
+    "required": ["match_id", "player_id", "points", "event_time", "region", "mode"],
+    "properties": {
+        "match_id": {"type": "string", "minLength": 1, "maxLength": 128,
+                     "pattern": MATCH_ID_PATTERN,
+                     "description": "1-128 characters, not blank, without control, format "
+                                    "(e.g. U+202E) or line-separator characters"},
+        "player_id": {"type": "string", "pattern": ID_PATTERN, "description": ID_RULE},
+        "points": {"type": "integer", "description": "a JSON integer, within every bound of "
+                                                     "the boards the event counts for"},
+        "event_time": {"type": "string", "format": "date-time",
+                       "description": "RFC 3339 with an offset; not ahead of the server clock "
+                                      "by more than future_skew, nor past a window's grace"},
+        "region": {"type": "string", "description": "a region of the registry"},
+        "mode": {"type": "string", "description": "a mode of the registry"},
+        "server_id": {"description": "ignored: the server_id is the credential's"},
+    },
 }
+_EVENTS = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ROWS, "items": EVENT_SCHEMA}
+#: The body: {"events": [...]} or the bare array.
+EVENT_BODY_SCHEMA: dict[str, Any] = {"anyOf": [
+    {"type": "object", "required": ["events"], "properties": {"events": _EVENTS}},
+    _EVENTS,
+]}
+_TEXT_FIELDS = ("match_id", "player_id", "event_time", "region", "mode")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -62,6 +75,10 @@ def _events_of(body: bytes, max_rows: int) -> list[Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "bad_json", f"the body is not JSON ({exc}); send "
                                         '{"events": [{...}, ...]} or a JSON array') from None
+    except RecursionError:
+        raise ApiError(400, "bad_json", "the body nests arrays or objects too deeply to read; "
+                                        'send {"events": [{...}, ...]} with flat event '
+                                        "objects") from None
     events = data.get("events") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ApiError(400, "bad_batch", 'the body must be {"events": [...]} or a JSON array '
@@ -70,31 +87,82 @@ def _events_of(body: bytes, max_rows: int) -> list[Any]:
         raise ApiError(413, "too_many_events", f"{len(events):,} events in one request; the "
                                                f"limit is {max_rows:,}: split the batch")
     if not events:
-        raise ApiError(422, "empty_batch", "the batch holds no events")
+        raise ApiError(422, "empty_batch", "the batch holds no events; send at least one")
     return events
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type, as the JSON text names it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _raw(event: Any) -> str:
+    """A row as JSON text for the quarantine (non-ASCII escaped, so any string survives)."""
+    try:
+        return json.dumps(event)[:1000]
+    except (RecursionError, ValueError):
+        return "(a value nested too deeply to show)"
+
+
+def _row_problem(event: Any, number: int) -> tuple[str, str] | None:
+    """(reason, detail) when a row breaks the JSON contract before validation can read it:
+    not an object, a field of the wrong JSON type, or text that is not Unicode."""
+    if not isinstance(event, dict):
+        return "unparseable", f"row {number} is not a JSON object"
+    for name in _TEXT_FIELDS:
+        value = event.get(name)
+        if value is None:
+            continue  # missing: validation reports it
+        if not isinstance(value, str):
+            return "bad_type", f"{name} must be a JSON string, got {_kind(value)}"
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return "unparseable", (f"{name} holds a lone UTF-16 surrogate (such as "
+                                       "\\ud800), which is not text: send valid Unicode")
+    points = event.get("points")
+    if points is not None and (isinstance(points, bool) or not isinstance(points, int)):
+        return "bad_type", (f"points must be a JSON integer (e.g. 5), got {_kind(points)} "
+                            f"{_raw(points)[:40]}")
+    return None
 
 
 def _batch_table(events: list[Any], server_id: str, source: str
                  ) -> tuple[pa.Table, pa.Table, list[int], list[dict[str, Any]]]:
-    """(rows as text columns with the credential's server_id, unparseable rows in quarantine
-    form, the body row number of each table row, the unparseable rows' rejections)."""
+    """(rows as text columns with the credential's server_id, the rows that broke the JSON
+    contract in quarantine form, the body row number of each table row, those rows'
+    rejections)."""
     fields = [name for name in INPUT_FIELDS if name != "server_id"]
     columns: dict[str, list[str | None]] = {name: [] for name in fields}
     rows: list[int] = []
     bad: list[tuple[str, str]] = []
+    reasons: list[str] = []
     rejected: list[dict[str, Any]] = []
     for number, event in enumerate(events):
-        if not isinstance(event, dict):
-            detail = f"row {number} is not a JSON object"
-            bad.append((json.dumps(event)[:1000], detail))
-            rejected.append({"row": number, "reason": "unparseable", "detail": detail})
+        problem = _row_problem(event, number)
+        if problem is not None:
+            reason, detail = problem
+            bad.append((_raw(event), detail))
+            reasons.append(reason)
+            rejected.append({"row": number, "reason": reason, "detail": detail})
             continue
         rows.append(number)
         for name in fields:
-            columns[name].append(field_text(event.get(name)))
+            value = event.get(name)
+            columns[name].append(None if value is None else str(value))
     table = pa.table({**{name: pa.array(values, pa.string()) for name, values in columns.items()},
                       "server_id": pa.array([server_id] * len(rows), pa.string())})
-    return table, unparseable_rows(bad, source), rows, rejected
+    quarantine = unparseable_rows(bad, source)
+    quarantine = quarantine.set_column(quarantine.schema.get_field_index("reason"), "reason",
+                                       pa.array(reasons, pa.string()))
+    return table, quarantine, rows, rejected
 
 
 @router.post("/v1/events", summary="Ingest a batch of match events",
@@ -113,6 +181,7 @@ async def ingest(
     x_api_key: Annotated[str | None, Header()] = None,
     x_server_id: Annotated[str | None, Header()] = None,
     x_signature: Annotated[str | None, Header()] = None,
+    x_timestamp: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Validate, land and fold the rows exactly as `leaderboard ingest` does: retries
     within the idempotency horizon are dropped at the door, invalid rows are
@@ -124,10 +193,8 @@ async def ingest(
     if server_id is None:
         assert x_server_id is not None
         assert x_signature is not None
-        if not keys.verify_signature(x_server_id, body, x_signature):
-            raise ApiError(403, "forbidden", "X-Signature is not the HMAC-SHA256 of the "
-                                             "body under that server's secret")
-        server_id = x_server_id
+        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
+                                 service.settings.now())
     events = _events_of(body, service.config.max_batch_rows)
     source = f"http:{server_id}"
     table, unparseable, rows, rejected = _batch_table(events, server_id, source)
