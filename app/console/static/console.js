@@ -364,7 +364,7 @@
       target.replaceChildren(h("p", { class: "muted" }, "No histogram for this window yet."));
       return;
     }
-    const [W, H, L, R, T, B] = [560, 240, 56, 12, 26, 34];
+    const [W, H, L, R, T, B] = [560, 260, 56, 12, 14 + 11 * marks.length, 34];
     const lo = Math.min(...bins.map((b) => b.lower));
     const hi = Math.max(...bins.map((b) => b.upper));
     const most = Math.max(1, ...bins.map((b) => b.players));
@@ -376,7 +376,9 @@
     const ticks = logScale
       ? Array.from({ length: Math.floor(Math.log10(most)) + 1 }, (_, i) => 10 ** i)
       : [0, Math.round(most / 2)];
-    if (!ticks.includes(most)) ticks.push(most);
+    // The largest count is labelled; a round tick too close under it is dropped.
+    while (ticks.length && height(most) - height(ticks[ticks.length - 1]) < 14) ticks.pop();
+    ticks.push(most);
     for (const tick of ticks) {
       const ty = H - B - height(tick);
       svg.append(s("line", { class: "axis", x1: L, y1: ty, x2: W - R, y2: ty }),
@@ -395,11 +397,12 @@
       // Thresholds are live, the histogram is the batch's: one past its range sits at the edge.
       const beyond = m.score > hi ? " ›" : m.score < lo ? " ‹" : "";
       const mx = x(Math.min(hi, Math.max(lo, m.score)));
-      const right = mx > (L + W - R) / 2;  // labels lean inwards, staggered in two rows
-      svg.append(s("line", { class: "marker", x1: mx, y1: T - 4, x2: mx, y2: H - B }),
-                 s("text", { class: "marker-label", x: right ? mx - 3 : mx + 3,
-                             y: T - 12 + (i % 2) * 10, "text-anchor": right ? "end" : "start" },
-                   `top ${m.top}%${beyond ? ": " + nf.format(m.score) + beyond : ""}`));
+      const right = mx > (L + W - R) / 2;  // labels lean inwards, one row each
+      const ly = 12 + 11 * i;
+      svg.append(s("line", { class: "marker", x1: mx, y1: ly + 3, x2: mx, y2: H - B }),
+                 s("text", { class: "marker-label", x: right ? mx - 3 : mx + 3, y: ly + 1,
+                             "text-anchor": right ? "end" : "start" },
+                   `top ${m.top}%: ${nf.format(m.score)}${beyond}`));
     });
     svg.append(s("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }),
                s("text", { x: L, y: H - 12 }, nf.format(lo)),
@@ -417,16 +420,18 @@
     const points = rows.map((r) => ({ top: r.top_percent, score: threshold(r) }));
     const scores = points.map((p) => p.score);
     const [lo, hi] = [Math.min(...scores), Math.max(...scores)];
-    // Heavy tails: a log score axis when every score is positive and they span 100x or more.
-    const logScale = lo > 0 && hi / lo >= 100;
-    const f = (v) => (logScale ? Math.log10(v) : v);
+    // Heavy tails: a log score axis (of score + 1) when no score is negative and the top
+    // score is 10x the median or more.
+    const median = (rowFor(rows, 50) || rows[rows.length - 1]).score;
+    const logScale = lo >= 0 && hi >= 10 * Math.max(1, median);
+    const f = (v) => (logScale ? Math.log10(v + 1) : v);
     const y = (v) => H - B - (f(hi) === f(lo) ? 0.5 : (f(v) - f(lo)) / (f(hi) - f(lo))) * (H - T - B);
     const x = (top) => L + (top - 1) / 99 * (W - L - R);
     const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
                            "aria-label": "score needed for each top percent" });
     const ticks = logScale
-      ? Array.from({ length: Math.floor(Math.log10(hi)) - Math.ceil(Math.log10(lo)) + 1 },
-                   (_, i) => 10 ** (Math.ceil(Math.log10(lo)) + i))
+      ? [lo, ...Array.from({ length: Math.floor(Math.log10(hi)) }, (_, i) => 10 ** (i + 1))]
+        .filter((t) => t < hi && y(t) - y(hi) >= 14).concat([hi])
       : [lo, (lo + hi) / 2, hi];
     for (const tick of ticks) {
       svg.append(s("line", { class: "axis", x1: L, y1: y(tick), x2: W - R, y2: y(tick) }),
