@@ -1,5 +1,6 @@
-# make install | demo | test | bench | lint | clean
-# Everything runs from the project's own virtualenv (.venv), created by `make install`.
+# make install | demo | test | bench | lint | clean | airflow-db | dag-test | airflow
+# Everything runs from the project's own virtualenv (.venv), created by `make install`;
+# `. .venv/bin/activate` puts the same commands (leaderboard, airflow) on your PATH.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -13,7 +14,14 @@ PYTEST_ARGS ?=
 # Spark in local mode: bind the driver to loopback (no hostname lookups, no LAN interface).
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: install demo test bench lint clean
+# Airflow on this machine: its metadata DB (sqlite) and logs under .airflow/ (git-ignored),
+# the DAGs from dags/, no example DAGs. `make dag-test DATE=2026-12-02` runs one night.
+AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False
+AIRFLOW_DB := .airflow/airflow.db
+DATE ?= $(shell date -u +%F)
+
+.PHONY: install demo test bench lint clean airflow-db dag-test airflow
 
 install: $(STAMP)
 
@@ -38,6 +46,25 @@ bench: install
 		echo "== $$script"; \
 		$(BIN)/python "$$script"; \
 	done
+
+# `airflow dags test` refuses to run on an unmigrated metadata DB ("Database migration
+# required"): migrate the local one first (once; again after an Airflow upgrade).
+airflow-db: $(AIRFLOW_DB)
+
+$(AIRFLOW_DB): $(STAMP)
+	mkdir -p .airflow
+	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > .airflow/migrate.log 2>&1 \
+		|| { tail -n 20 .airflow/migrate.log; exit 1; }
+	@echo "Airflow metadata DB ready: $(AIRFLOW_DB)"
+
+# One night of the nightly DAG without a scheduler (as_of = DATE - 1), on ./data unless
+# LEADERBOARD_DATA says otherwise.
+dag-test: airflow-db
+	$(AIRFLOW_ENV) $(BIN)/airflow dags test nightly_standings $(DATE)
+
+# Scheduler, API server and UI on :8080 (sqlite), for a look at the DAG's runs.
+airflow: airflow-db
+	$(AIRFLOW_ENV) $(BIN)/airflow standalone
 
 lint: install
 	$(BIN)/ruff check .

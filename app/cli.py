@@ -255,6 +255,42 @@ def _require_speed(settings: Settings) -> Any:
     return speed
 
 
+def _status_value(key: str, value: Any) -> str:
+    """One speed-status field for people: counts with separators, bytes in MB, per-writer
+    maps as `writer seq` pairs, nothing as `none`."""
+    if value is None or value == {} or value == []:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) and key.endswith("bytes"):
+        return f"{value / 1e6:,.1f} MB"
+    if isinstance(value, int | float):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_status_value(k, v)}" for k, v in sorted(value.items()))
+    if isinstance(value, list | tuple):
+        return ", ".join(_status_value(key, v) for v in value)
+    return str(value)
+
+
+#: Labels for the speed status fields a person may not guess; others are spelt out as named.
+_STATUS_LABELS = {"version": "batch version (base)", "watermark": "watermark",
+                  "board_windows": "live board-windows", "lag_files": "files not yet folded",
+                  "newest_landed": "newest landed file per writer",
+                  "folded": "folded through, per writer", "keys": "Redis keys",
+                  "memory_bytes": "Redis memory", "banned": "banned players"}
+
+
+def render_speed_status(status: dict[str, Any]) -> Table:
+    """`speed status` as a two-column table (the JSON keys stay as they are for --json)."""
+    table = Table(title="speed layer", title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in status.items():
+        table.add_row(_STATUS_LABELS.get(key, key.replace("_", " ")), _status_value(key, value))
+    return table
+
+
 def _cmd_speed(args: argparse.Namespace) -> int:
     settings = _settings(args)
     speed = _require_speed(settings)
@@ -263,8 +299,7 @@ def _cmd_speed(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(status))
         else:
-            for key, value in status.items():
-                out.print(f"{key:>14}: {value}")
+            out.print(render_speed_status(status))
         return 0
     if args.action == "rebuild":
         with err.status("rebuilding the speed state from the lake"):
@@ -462,6 +497,21 @@ def _cmd_around(args: argparse.Namespace) -> int:
 
 # -- serve ------------------------------------------------------------------------------------
 
+def serve_banner(url: str, settings: Settings, redis_url: str, workers: int, *,
+                 local_redis: bool) -> str:
+    """What `serve` prints before it binds: every value labelled, paths absolute."""
+    where = f" (the local server under {settings.data_dir.resolve() / 'redis'})" \
+        if local_redis else " (REDIS_URL)"
+    return "\n".join([
+        f"serving the HTTP API on {url}  (Ctrl-C stops)",
+        f"  API docs:  {url}/docs",
+        f"  data dir:  {settings.data_dir.resolve()}",
+        f"  registry:  {settings.config or 'default'}",
+        f"  Redis:     {redis_url}{where}",
+        f"  workers:   {workers}",
+    ])
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import os
 
@@ -492,9 +542,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not config.keys.servers:
         err.print("[yellow]warning:[/yellow] no server keys (LEADERBOARD_API_KEYS): "
                   "POST /v1/events answers 403 to everyone")
-    err.print(f"serving on http://{args.host}:{args.port} (docs at /docs, {args.workers} "
-              f"worker(s), data {settings.data_dir}, Redis {redis_url}); "
-              "Ctrl-C stops")
+    err.print(serve_banner(f"http://{args.host}:{args.port}", settings, redis_url,
+                           args.workers, local_redis=settings.redis_url is None))
     uvicorn.run("app.http:create_app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level)
     return 0
@@ -503,11 +552,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 # -- demo ---------------------------------------------------------------------------------
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from app.demo import run_demo
+    import os
 
-    status = run_demo(_settings(args), args, out=out, err=err)
-    if status != 0 or not args.serve:
+    from app.demo import demo_keys, next_steps, run_demo
+
+    settings = _settings(args)
+    status = run_demo(settings, args, out=out, err=err)
+    if status != 0:
         return status
+    keys = None
+    if args.serve and not os.environ.get("LEADERBOARD_API_KEYS"):
+        # Ingest would be closed to everyone: serve with the demo's own keys file.
+        keys = demo_keys(settings.data_dir)
+        os.environ["LEADERBOARD_API_KEYS"] = str(keys.path)
+    url = f"http://{args.host}:{args.port}" if args.serve else None
+    out.print(next_steps(url, keys, settings.now()))
+    if not args.serve:
+        return 0
     return _cmd_serve(args)
 
 

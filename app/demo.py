@@ -13,13 +13,109 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from leaderboard.settings import Settings
+from leaderboard.settings import Settings, SettingsError
 
-__all__ = ["run_demo"]
+if TYPE_CHECKING:
+    from app.generate import GenerateSpec
+
+__all__ = ["DemoKeys", "demo_keys", "next_steps", "run_demo"]
+
+#: The demo's game server: the credential its printed `curl` uses.
+DEMO_SERVER = "demo"
+
+
+@dataclass(frozen=True)
+class DemoKeys:
+    """The keys file the demo serves with (created once under the data dir)."""
+
+    path: Path
+    server_key: str
+    admin_key: str
+
+
+def demo_keys(data_dir: Path) -> DemoKeys:
+    """`<data>/demo-keys.toml`: one server key and an admin key, random, made on first use.
+
+    Without keys `serve` answers 403 to every POST, so the demo would show an API nobody can
+    write to. The file is written once (mode 0600, temp + rename) and reused, so a key
+    printed by an earlier run stays valid; it is read back through the HTTP app's own loader.
+    """
+    import os
+    import secrets
+
+    from app.http.auth import ApiKeys
+
+    path = data_dir / "demo-keys.toml"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write("# Made by `leaderboard demo` for local use only: never deploy it.\n"
+                         f'admin_key = "{secrets.token_urlsafe(24)}"\n'
+                         f'[servers]\n{DEMO_SERVER} = "{secrets.token_urlsafe(24)}"\n')
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    keys = ApiKeys.load(path)
+    server_key = {c.server_id: c.key for c in keys.servers}.get(DEMO_SERVER)
+    if not server_key or keys.admin_key is None:
+        raise SettingsError(f"{path} has no key for server {DEMO_SERVER!r} or no admin_key; "
+                            "delete the file and rerun the demo to make a new one")
+    return DemoKeys(path, server_key, keys.admin_key)
+
+
+def next_steps(url: str | None, keys: DemoKeys | None, now: datetime) -> str:
+    """What to try next: with the API served at `url`, a working POST (with `keys`), a read
+    and the admin header; always the CLI, with the line that puts it on PATH if needed."""
+    lines = ["", "Try it (in another terminal):" if url else "Try next:"]
+    if url is not None and keys is not None:
+        event = {"match_id": f"try-{now:%Y%m%d%H%M%S}", "player_id": "you", "points": 500,
+                 "event_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "region": "na",
+                 "mode": "ranked"}
+        lines += [
+            f"  server key ({DEMO_SERVER}): {keys.server_key}   admin key: {keys.admin_key}",
+            f"  (in {keys.path}; `leaderboard serve` uses it with "
+            f"LEADERBOARD_API_KEYS={keys.path})",
+            f"  curl -s -X POST {url}/v1/events -H 'Authorization: Bearer {keys.server_key}' \\",
+            f"       -H 'Content-Type: application/json' -d '{json.dumps({'events': [event]})}'",
+            f"  curl -s {url}/v1/boards/global/players/you",
+            f"  curl -s -X POST {url}/v1/admin/bans -H 'X-Admin-Key: {keys.admin_key}' \\",
+            "       -H 'Content-Type: application/json' -d '{\"player_id\": \"you\"}'",
+        ]
+    if url is not None:
+        lines += [f"  curl -s '{url}/v1/boards/global/top?n=5'"]
+    activate = _activation()
+    if activate:
+        lines += [f"  {activate}     # puts `leaderboard` on PATH"]
+    lines += ["  leaderboard top global -n 5    leaderboard speed status    leaderboard sql"]
+    return "\n".join(lines)
+
+
+def _activation() -> str | None:
+    """The line that puts this interpreter's `leaderboard` on PATH, if it is not already."""
+    import shutil
+    import sys
+
+    scripts = Path(sys.executable).parent
+    found = shutil.which("leaderboard")
+    if found and Path(found).parent == scripts:
+        return None
+    activate = scripts / "activate"
+    if not activate.exists():
+        return f"export PATH={scripts}:$PATH"
+    try:
+        shown = activate.relative_to(Path.cwd())
+    except ValueError:
+        shown = activate
+    return f". {shown}"
 
 
 def run_demo(settings: Settings, args: argparse.Namespace, *, out: Console, err: Console) -> int:
@@ -88,7 +184,7 @@ def _show_answers(settings: Settings, out: Console) -> None:
 
 
 
-def _fold_today(settings: Settings, season: object, out: Console, err: Console) -> None:
+def _fold_today(settings: Settings, season: GenerateSpec, out: Console, err: Console) -> None:
     """Today's events so far, through the live ingest path: door, landing, fold into Redis."""
     from dataclasses import replace
 
@@ -105,7 +201,7 @@ def _fold_today(settings: Settings, season: object, out: Console, err: Console) 
     if published is not None:
         speed.rebase(published)  # a no-op when the speed layer is already on it
     repaired = speed.repair()
-    today = replace(season, start=now.date(), days=1, seed=season.seed + 1,  # type: ignore[type-var]
+    today = replace(season, start=now.date(), days=1, seed=season.seed + 1,
                     writer="live")
     accepted = retries = 0
     with err.status("folding today's events into the speed layer"):
@@ -124,7 +220,7 @@ def _fold_today(settings: Settings, season: object, out: Console, err: Console) 
         finally:
             writer.close()
     status = speed.status()
-    out.print(f"speed layer ({client.connection_pool.connection_kwargs.get('port')}): "
+    out.print(f"speed layer (Redis port {client.connection_pool.connection_kwargs.get('port')}): "
               f"{accepted:,} of today's events folded ({retries:,} retries dropped at the door"
               f"{f', {repaired} pending file(s) repaired' if repaired else ''}); "
               f"{status.board_windows} live board-windows, {status.keys} keys, "
@@ -141,7 +237,9 @@ def _landed_until(settings: Settings) -> datetime | None:
     if not live:
         return None
     newest = max(live, key=lambda f: f.seq)
-    return pq.read_table(newest.path, columns=["ingested_at"]).column("ingested_at")[0].as_py()
+    stamp: datetime = pq.read_table(newest.path, columns=["ingested_at"]).column(
+        "ingested_at")[0].as_py()
+    return stamp
 
 
 def _run_batches(settings: Settings, first: date, last: date, out: Console,

@@ -257,3 +257,32 @@ def test_demo_prints_merged_answers_and_a_rerun_changes_nothing(data, capsys):
     assert main(argv) == 0  # the season and today's batches are reused, not folded again
     capsys.readouterr()
     assert run_json(capsys, "top", "global", "-n", "10")[1] == top
+
+
+def test_speed_status_prints_a_table_for_people(served, capsys):
+    """Regression: `speed status` printed Python reprs (`{'cli': 2}`) under bare field names."""
+    assert main(["speed", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "batch version (base)" in out
+    assert "Redis memory" in out
+    assert " MB" in out
+    assert "{" not in out
+    assert "'" not in out
+    code, status = run_json(capsys, "speed", "status")
+    assert code == 0
+    assert isinstance(status["newest_landed"], dict)
+
+
+def test_the_serve_banner_labels_every_value(tmp_path):
+    """Regression: the banner read "data data, Redis redis://127.0.0.1:6390" unlabelled."""
+    from app.cli import serve_banner
+    from leaderboard.settings import Settings
+
+    settings = Settings.from_env({"LEADERBOARD_DATA": "data"})
+    banner = serve_banner("http://127.0.0.1:8000", settings, "redis://127.0.0.1:6390", 2,
+                          local_redis=True)
+    assert "data data" not in banner
+    assert f"data dir:  {Path('data').resolve()}" in banner
+    assert "Redis:     redis://127.0.0.1:6390 (the local server under" in banner
+    assert "API docs:  http://127.0.0.1:8000/docs" in banner
+    assert "workers:   2" in banner
