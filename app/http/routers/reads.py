@@ -96,6 +96,6 @@ def history(service: ServiceDep, board: BoardName, player_id: PlayerId,
 
 @router.get("/v1/boards/{board}/percentiles",
             summary="The score needed for each top-x% and the score histogram")
-async def percentiles(service: ServiceDep, board: BoardName, window: Window = None) -> Response:
+def percentiles(service: ServiceDep, board: BoardName, window: Window = None) -> Response:
     service.board(board)
     return json_answer(service.boards.percentiles(board, window))
