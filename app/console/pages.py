@@ -53,7 +53,8 @@ def _layout(page: str, title: str, body: str, data: Mapping[str, str] | None = N
         f'</head><body data-page="{page}"{attrs}>'
         f'<header><a class="brand" href="/">leaderboard</a><nav>{nav}</nav>'
         '<span id="live" class="live" aria-live="polite"></span></header>'
-        f"<main><h1>{_e(title)}</h1>{body}</main>"
+        f'<main><h1>{_e(title)}</h1><p id="problem" class="error" role="alert" hidden></p>'
+        f"{body}</main>"
         '<footer>JSON API: <a href="/docs">/docs</a> · <a href="/openapi.json">/openapi.json'
         '</a> · <a href="/healthz">/healthz</a> · <a href="/metrics">/metrics</a></footer>'
         "</body></html>")

@@ -64,17 +64,23 @@
     return answer;
   }
 
+  // The header's live indicator, and the page's problem line (the API's message, which
+  // says what to do next) while polls fail.
   const live = $("#live");
+  const problem = $("#problem");
   function liveOk() {
-    if (!live) return;
     live.className = "live ok";
     live.textContent = "live · " + new Date().toLocaleTimeString();
+    problem.hidden = true;
   }
   function liveError(error) {
-    if (!live) return;
+    const text = error instanceof ApiError ? error.message
+      : `the server does not answer (${error instanceof Error ? error.message : error}); ` +
+        "retrying";
     live.className = "live error";
-    live.textContent = error instanceof ApiError || error instanceof Error
-      ? error.message : String(error);
+    live.textContent = "not updating";
+    problem.textContent = text;
+    problem.hidden = false;
   }
 
   // Run `task` now and again `ms` after each run settles; `refresh()` runs it at once.

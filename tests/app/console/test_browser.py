@@ -148,6 +148,7 @@ def test_a_new_score_moves_the_searched_player_within_two_seconds(server, browse
     _wait(browser, lambda d: _text(d, "#player-rank") == f"#{before['rank']:,}", 10,
           f"the page shows {player}'s rank {before['rank']}")
     assert _text(browser, "#player-score") == f"{before['score']:,}"
+    assert _text(browser, "#player-yesterday") == f"#{before['as_of_yesterday']['rank']:,}"
 
     _post(server, player, 1000, "console-browser-1")
     after = httpx.get(f"{server.base}/v1/boards/global/players/{player}").json()
@@ -161,9 +162,17 @@ def test_a_new_score_moves_the_searched_player_within_two_seconds(server, browse
           "the player highlighted among the players around")
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#history-chart svg"), 5.0,
           "the rank-history chart")
-    _shot(browser, "player", capsys)
     with capsys.disabled():
         print(f"new rank on the page {seen:.2f} s after the ingest answered")
+
+    friends = [e["player_id"] for e in top["entries"][:3]] + ["nobody-here"]
+    browser.find_element(By.ID, "friends-input").send_keys("\n".join(friends))
+    browser.find_element(By.CSS_SELECTOR, "form.friends button").click()
+    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#friends-rows tr")) == 3,
+          10, "three friends ranked together")
+    assert "nobody-here" in _text(browser, "#friends-unranked")
+    assert _text(browser, "#player-rank") == f"#{after['rank']:,}"  # the search is kept
+    _shot(browser, "player", capsys)
     assert _severe(browser) == []
 
 
@@ -192,6 +201,9 @@ def test_board_page_shows_the_mover_and_pages(server, browser, capsys):
     _wait(browser, lambda d: _text(d, "#top-window").startswith("weekly:"), 10,
           "the weekly window")
     assert _severe(browser) == []
+    browser.get(f"{server.base}/console/boards/global?window=hourly")
+    _wait(browser, lambda d: "hourly" in _text(d, "#problem"), 10,
+          "the API's message about the unknown window on the page")
 
 
 def test_distribution_ops_and_a_ban(server, browser, capsys):
