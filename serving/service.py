@@ -181,15 +181,18 @@ class Leaderboards:
                 "entries": [{**e.as_dict(), "friend_rank": i + 1} for i, e in enumerate(ranked)],
                 "unranked": [p for p in dict.fromkeys(players) if p not in known]}
 
-    def percentiles(self, board: str, window: str | None = None) -> dict[str, Any]:
-        """The score needed now to be in the top 1%, 2%, ... 100% of the merged board
-        (docs/design.md section 6: the score at position ceil(y/100 * total), exact), and the
-        batch view's equal-width histogram (as of the base version)."""
+    def percentiles(self, board: str, window: str | None = None,
+                    tops: Sequence[float | str] | None = None) -> dict[str, Any]:
+        """The score needed now to be in the top y% of the merged board for each y of `tops`
+        (default 1, 2, ... 100): the score at position ceil(y/100 * total), exact
+        (docs/design.md section 6); and the batch view's equal-width histogram (as of the
+        base version)."""
+        percents = ([Decimal(y) for y in range(1, 101)] if tops is None
+                    else [_top_percent(y) for y in tops])
         merged, loaded = self._merged(board, window)
-        percents = [Decimal(y) for y in range(1, 101)]
         total, keys = keys_at(merged, percents)
-        rows = [{"top_percent": int(y), "score": merged.score_of(key),
-                 "players": position_for(y, total)}
+        rows = [{"top_percent": int(y) if y == y.to_integral_value() else float(y),
+                 "score": merged.score_of(key), "players": position_for(y, total)}
                 for y, key in zip(percents, keys, strict=True) if key is not None]
         table = None if loaded.view is None else loaded.view.histogram(merged.board.name,
                                                                        merged.window.id)
@@ -205,12 +208,8 @@ class Leaderboards:
         """The score needed now to be in the top `top` % of the merged board, `top` in
         (0, 100]: the score at position ceil(top/100 * total), a score someone holds (None
         on an empty board)."""
-        try:
-            percent = top_percent(top)
-        except ValueError as exc:
-            raise QueryError(str(exc)) from None
         merged = self.merged(board, window)
-        key = keys_at(merged, [percent])[1][0]
+        key = keys_at(merged, [_top_percent(top)])[1][0]
         return None if key is None else merged.score_of(key)
 
     def history(self, board: str, player: str, window_kind: str = "all-time",
@@ -251,6 +250,13 @@ class Leaderboards:
             result.append({"board": board.name, "aggregation": board.aggregation,
                            "order": board.order, "ties": board.ties, "windows": windows})
         return result
+
+
+def _top_percent(value: float | str) -> Decimal:
+    try:
+        return top_percent(value)
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def encode_cursor(offset: int) -> str:

@@ -438,8 +438,22 @@ def test_player_around_friends_history_percentiles(world):
 
     percentiles = world.client.get("/v1/boards/region:na/percentiles").json()
     assert percentiles["as_of"] == "2026-11-30"
-    assert percentiles["top_percent"]
+    assert [r["top_percent"] for r in percentiles["top_percent"]] == list(range(1, 101))
     assert percentiles["histogram"]
+    total = percentiles["total"]
+    some = world.client.get("/v1/boards/region:na/percentiles",
+                            params=[("top", "0.5"), ("top", "100")]).json()
+    assert [(r["top_percent"], r["players"]) for r in some["top_percent"]] == [
+        (0.5, -(-total // 200)), (100, total)]
+    assert some["top_percent"][1]["score"] == percentiles["top_percent"][99]["score"]
+
+
+@pytest.mark.parametrize("top", ["0", "-1", "100.5", "nan", "inf", "x"])
+def test_a_top_percent_outside_0_100_is_refused(world, top):
+    answer = world.client.get("/v1/boards/global/percentiles", params={"top": top})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "invalid_request"
+    assert "top" in answer.json()["message"]
 
 
 @pytest.mark.parametrize(("path", "params", "status", "says"), [

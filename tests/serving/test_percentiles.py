@@ -33,7 +33,7 @@ from leaderboard.speed_keys import BoardWindowKeys
 from serving.base import BaseBoard
 from serving.merge import MergedBoard
 from serving.percentiles import FANOUT, keys_at, position_for, top_percent
-from serving.service import Leaderboards
+from serving.service import Leaderboards, QueryError
 from speed_layer.service import SpeedLayer
 
 pytestmark = pytest.mark.redis
@@ -229,6 +229,13 @@ def test_every_percent_answers_on_a_three_player_board(product):
     table = product.boards.percentiles("global")["top_percent"]
     assert len(table) == 100
     assert [r["score"] for r in table] == [30] * 33 + [20] * 33 + [10] * 34
+    some = product.boards.percentiles("global", tops=["0.1", 66.7, 100])["top_percent"]
+    assert some == [{"top_percent": 0.1, "score": 30, "players": 1},
+                    {"top_percent": 66.7, "score": 10, "players": 3},
+                    {"top_percent": 100, "score": 10, "players": 3}]
+    for bad in (0, 100.01, "many"):
+        with pytest.raises(QueryError, match="top percent"):
+            product.boards.score_for_percentile("global", bad)
 
 
 def test_speed_players_move_the_threshold(product):

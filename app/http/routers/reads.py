@@ -2,7 +2,7 @@
 
 The fast reads are coroutines run on the event loop: each is a few hundred microseconds of
 work and at most one short Redis round trip, which costs less than a hop to the thread pool
-and back. History (Parquet reads) stays in the pool.
+and back. History (Parquet reads) and percentiles (a few script calls) stay in the pool.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from pydantic import Field
 
 from app.http.errors import ApiError
 from app.http.params import BoardName, PlayerId, Window, check_player_id, encode_json, json_answer
@@ -95,7 +96,10 @@ def history(service: ServiceDep, board: BoardName, player_id: PlayerId,
 
 
 @router.get("/v1/boards/{board}/percentiles",
-            summary="The score needed for each top-x% and the score histogram")
-def percentiles(service: ServiceDep, board: BoardName, window: Window = None) -> Response:
+            summary="The score needed now for each top-x% and the score histogram")
+def percentiles(service: ServiceDep, board: BoardName, window: Window = None,
+                top: Annotated[list[Annotated[float, Field(gt=0, le=100)]] | None, Query(
+                    max_length=100, description="top percents in (0, 100] to answer, e.g. "
+                    "`top=0.1&top=5` (default 1, 2, ... 100)")] = None) -> Response:
     service.board(board)
-    return json_answer(service.boards.percentiles(board, window))
+    return json_answer(service.boards.percentiles(board, window, top))
