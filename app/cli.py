@@ -40,7 +40,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         redis_url=getattr(args, "redis_url", None), engine=getattr(args, "engine", None),
         now_override=getattr(args, "now", None),
     )
-    settings.registry  # noqa: B018 - validate the registry before any work starts
+    from leaderboard.binding import bind_registry
+
+    # Validate the registry before any work starts, and refuse one the data dir is not
+    # bound to (`lake rebind` rebinds on purpose).
+    bind_registry(settings.lake_dir, settings.registry,
+                  rebind=(getattr(args, "command", None), getattr(args, "action", None))
+                  == ("lake", "rebind"))
     return settings
 
 
@@ -180,6 +186,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _cmd_batch(args: argparse.Namespace) -> int:
     from jobs.batch import run_batch
+    from jobs.publish import RewindRefused
     from jobs.warehouse import refresh_warehouse
 
     settings = _settings(args)
@@ -191,7 +198,11 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             status.update(message)
             err.log(message)
 
-        result = run_batch(settings, as_of, full=args.full, step=step)
+        try:
+            result = run_batch(settings, as_of, full=args.full, step=step,
+                               allow_rewind=args.allow_rewind)
+        except RewindRefused as exc:
+            raise UsageError(str(exc)) from None
         status.update("refreshing the analysts' warehouse")
         warehouse = refresh_warehouse(settings.data_dir, settings.registry)
         speed = _speed_layer(settings, start=False)
@@ -572,6 +583,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return _cmd_serve(args)
 
 
+# -- lake upkeep ------------------------------------------------------------------------------
+
+def _cmd_lake(args: argparse.Namespace) -> int:
+    settings = _settings(args)  # `rebind` binds the data dir to this registry
+    registry = settings.registry
+    out.print(f"{settings.data_dir} is bound to the board registry {registry.source} "
+              f"(fingerprint {registry.fingerprint})")
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
@@ -620,6 +641,9 @@ def _parser() -> argparse.ArgumentParser:
     bat.add_argument("--engine", choices=["duckdb", "spark"],
                      help="batch engine (env LEADERBOARD_ENGINE, default duckdb)")
     bat.add_argument("--full", action="store_true", help="recompute everything")
+    bat.add_argument("--allow-rewind", action="store_true",
+                     help="publish even if the live version is of a later night (moves "
+                          "manifests/current.json back in time)")
     bat.add_argument("--json", action="store_true")
 
     sql = add("sql", _cmd_sql, "Read-only SQL on the analysts' warehouse, printed as tables "
@@ -642,6 +666,9 @@ def _parser() -> argparse.ArgumentParser:
     ban.add_argument("--reason")
     unban = add("unban", _cmd_ban, "Unban a player and restore their standings exactly.")
     unban.add_argument("player")
+
+    lake = add("lake", _cmd_lake, "Lake upkeep: rebind the data dir to an edited registry.")
+    lake.add_argument("action", choices=["rebind"])
 
     rep = add("report", _cmd_report, "Chart a board-window's score distribution as a PNG.")
     rep.add_argument("board")

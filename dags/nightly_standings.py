@@ -48,7 +48,12 @@ def _settings(params: dict[str, Any]) -> Any:
     overlay = Variable.get("leaderboard_settings", default=None, deserialize_json=True)
     if isinstance(overlay, dict):
         env.update({str(k): str(v) for k, v in overlay.items() if v is not None})
-    return Settings.from_env(env, data_dir=params.get("data_dir"), config=params.get("config"))
+    from leaderboard.binding import bind_registry
+
+    settings = Settings.from_env(env, data_dir=params.get("data_dir"),
+                                 config=params.get("config"))
+    bind_registry(settings.lake_dir, settings.registry)  # refuses another registry's data dir
+    return settings
 
 
 def spark_master(host: str | None, port: int | None) -> str | None:

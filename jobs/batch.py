@@ -27,9 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.publish import PublishError, StandingsWriter, seal
+from jobs.publish import PublishError, RewindRefused, StandingsWriter, seal
 from jobs.spec import ROLLUP_SCHEMA, board_window_spec, calendar_table, lateness_bits
 from leaderboard.bans import banned_players
+from leaderboard.binding import bind_registry
 from leaderboard.calendar import ALL_TIME
 from leaderboard.faults import checkpoint
 from leaderboard.lake import (
@@ -240,17 +241,21 @@ def run_batch(
     full: bool = False,
     step: Step | None = None,
     publish: bool = True,
+    allow_rewind: bool = False,
 ) -> BatchResult:
     """Compute, check and publish version as_of. Safe to rerun: same inputs, same standings.
 
     Fault checkpoints (`leaderboard.faults`): batch.rollups, batch.standings, batch.checks,
     batch.manifest.
     `publish=False` writes and seals the version but leaves `current.json` alone (the DAG
-    validates it, then publishes it in a task of its own).
+    validates it, then publishes it in a task of its own). Publishing a night older than the
+    live version's is refused (RewindRefused, before any work) unless `allow_rewind`.
     """
     started = datetime.now(UTC)
     say = step or (lambda _message: None)
     lake = settings.lake_dir
+    if publish and not allow_rewind:
+        RewindRefused.check(lake, as_of)
     registry = settings.registry
     engine_name = engine or settings.engine
     watermark = watermark_for(as_of)
@@ -410,6 +415,8 @@ def run_batch(
         write_version(lake, manifest, rollups=_rollup_table(rollups), standings=standings)
         checkpoint("batch.manifest")
         if publish:
+            if not allow_rewind:
+                RewindRefused.check(lake, as_of)  # a later night published meanwhile
             swap_current(lake, manifest.version)
             say(f"published version {manifest.version}")
     finally:
@@ -439,10 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="recompute everything")
     parser.add_argument("--data", help="data dir (env LEADERBOARD_DATA)")
     parser.add_argument("--config", help="board registry (env LEADERBOARD_CONFIG)")
+    parser.add_argument("--allow-rewind", action="store_true",
+                        help="publish even if the live version is of a later night")
     args = parser.parse_args(argv)
     settings = Settings.from_env(data_dir=args.data, config=args.config, engine=args.engine)
+    bind_registry(settings.lake_dir, settings.registry)
     result = run_batch(settings, date.fromisoformat(args.as_of), full=args.full,
-                       step=lambda message: print(message, file=sys.stderr))
+                       step=lambda message: print(message, file=sys.stderr),
+                       allow_rewind=args.allow_rewind)
     print(result.manifest.version)
     return 0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +22,13 @@ import pyarrow.parquet as pq
 
 from jobs.spec import HISTOGRAM_SCHEMA, STANDINGS_SCHEMA
 from leaderboard.lake import ROW_GROUP_SIZE, fsync_dir
+from leaderboard.manifest import read_current
 
 __all__ = [
     "FILE_SCHEMA",
     "HISTOGRAM_FILE_SCHEMA",
     "PublishError",
+    "RewindRefused",
     "StandingsWriter",
     "check_standings",
     "seal",
@@ -41,6 +44,22 @@ _FLUSH_ROWS = 1_000_000
 
 class PublishError(RuntimeError):
     """A version failed a check; it is not published and the old one stays live."""
+
+
+class RewindRefused(PublishError):
+    """Publishing would move `current.json` back to an earlier night than the live one."""
+
+    @classmethod
+    def check(cls, lake: Path, as_of: date) -> None:
+        """Raise unless a version as of `as_of` may go live without moving the pointer back
+        (a rerun of the live night is fine). The DAG's publish keeps the later version."""
+        live = read_current(lake)
+        if live is not None and live.as_of_date > as_of:
+            raise cls(
+                f"the live version {live.version} is as of {live.as_of}; publishing one as of "
+                f"{as_of} would move manifests/current.json back in time, and every reader "
+                f"with it. Rerun with --allow-rewind if that is what you want, or use another "
+                f"data dir (--data) for an old night or another data set")
 
 
 def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -286,3 +286,48 @@ def test_the_serve_banner_labels_every_value(tmp_path):
     assert "Redis:     redis://127.0.0.1:6390 (the local server under" in banner
     assert "API docs:  http://127.0.0.1:8000/docs" in banner
     assert "workers:   2" in banner
+
+
+# -- one data dir, one registry; the live pointer never moves back by accident ------------------
+
+def test_a_data_dir_refuses_a_second_registry(data, tmp_path, capsys):
+    source = tmp_path / "few.csv"
+    source.write_text("\n".join(SHARED.read_text().splitlines()[:4]) + "\n")
+    good = tmp_path / "ok.jsonl"
+    good.write_text(json.dumps(GOOD) + "\n")
+    assert main(["ingest", str(good)]) == 0
+    capsys.readouterr()
+    assert main(["--config", "football", "ingest", "--backfill", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert "bound to the board registry shipped registry 'default'" in err
+    assert "shipped registry 'football'" in err
+    assert "--data" in err
+    assert len(landed_rows(data)) == 1  # nothing of football landed
+    assert main(["--config", "football", "batch", "--as-of", "2026-07-31"]) == 2
+    assert not (data / "lake" / "manifests").exists()
+    # Its own data dir takes it; an edited registry is rebound on purpose.
+    football = tmp_path / "football"
+    assert main(["--data", str(football), "--config", "football", "ingest", "--backfill",
+                 str(source)]) == 0
+    assert main(["--config", "football", "lake", "rebind"]) == 0
+    assert main(["ingest", str(good)]) == 2
+
+
+def test_batch_refuses_to_move_the_live_pointer_back(data, tmp_path, capsys):
+    good = tmp_path / "ok.jsonl"
+    good.write_text(json.dumps(dict(GOOD, event_time="2026-11-28T10:00:00Z")) + "\n")
+    assert main(["--now", "2026-11-28T12:00:00Z", "ingest", str(good)]) == 0
+    assert main(["batch", "--as-of", "2026-11-30"]) == 0
+    pointer = data / "lake" / "manifests" / "current.json"
+    live = pointer.read_bytes()
+    capsys.readouterr()
+    assert main(["batch", "--as-of", "2026-11-29"]) == 2
+    err = capsys.readouterr().err
+    assert "as of 2026-11-30" in err
+    assert "--allow-rewind" in err
+    assert pointer.read_bytes() == live
+    assert main(["batch", "--as-of", "2026-11-30"]) == 0  # a rerun of the live night is fine
+    capsys.readouterr()
+    code, summary = run_json(capsys, "batch", "--as-of", "2026-11-29", "--allow-rewind")
+    assert code == 0
+    assert json.loads(pointer.read_text())["version"] == summary["version"]
