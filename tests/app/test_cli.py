@@ -290,9 +290,9 @@ def test_the_serve_banner_labels_every_value(tmp_path):
 
 # -- one data dir, one registry; the live pointer never moves back by accident ------------------
 
-def test_a_data_dir_refuses_a_second_registry(data, tmp_path, capsys):
+def test_a_data_dir_refuses_a_second_registry(data, tmp_path, capsys, football_results):
     source = tmp_path / "few.csv"
-    source.write_text("\n".join(SHARED.read_text().splitlines()[:4]) + "\n")
+    source.write_text("\n".join(football_results.read_text().splitlines()[:4]) + "\n")
     good = tmp_path / "ok.jsonl"
     good.write_text(json.dumps(GOOD) + "\n")
     assert main(["ingest", str(good)]) == 0
