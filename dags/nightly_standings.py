@@ -138,8 +138,11 @@ def nightly_standings() -> None:
         context = get_current_context()
         params = context["params"]
         settings = _settings(params)
-        as_of = context["data_interval_start"].date()
-        end = context["data_interval_end"]
+        start, end = context["data_interval_start"], context["data_interval_end"]
+        if start is None or end is None:
+            raise ValueError("this run has no data interval; trigger nightly_standings with a "
+                             "logical date (airflow dags trigger -l DATE, or dags test DATE)")
+        as_of = start.date()
         settle = timedelta(minutes=int(params["settle_minutes"]))
         now = settings.now()
         if now < end + settle:
@@ -329,11 +332,13 @@ def nightly_standings() -> None:
         settings = _settings(get_current_context()["params"])
         return str(refresh(settings.data_dir, settings.registry))
 
+    # Each call takes the upstream task's XComArg where the function names the value it
+    # resolves to at run time; Airflow's typing cannot say so, hence the ignores.
     as_of = wait_for_landing()
-    live = publish(validate(recompute(as_of)))
-    speed = rebase_speed(live)
-    compacted = compact(as_of, speed)
-    refresh_warehouse(apply_retention(as_of, compacted))
+    live = publish(validate(recompute(as_of)))  # type: ignore[arg-type]
+    speed = rebase_speed(live)  # type: ignore[arg-type]
+    compacted = compact(as_of, speed)  # type: ignore[arg-type]
+    refresh_warehouse(apply_retention(as_of, compacted))  # type: ignore[arg-type]
 
 
 nightly_standings()

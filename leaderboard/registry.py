@@ -220,11 +220,11 @@ def _board_settings(table: dict[str, Any], base: dict[str, Any], source: str,
         if value not in allowed:
             raise _fail(source, key_of(key), f"is {value!r}; use one of {', '.join(allowed)}")
         merged[key] = value
-    for key, default in (("min_points", 0), ("max_points", 1000)):
-        value = merged.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _fail(source, key_of(key), f"is {value!r}; it must be an integer")
-        merged[key] = value
+    for key, default_bound in (("min_points", 0), ("max_points", 1000)):
+        bound = merged.get(key, default_bound)
+        if isinstance(bound, bool) or not isinstance(bound, int):
+            raise _fail(source, key_of(key), f"is {bound!r}; it must be an integer")
+        merged[key] = bound
     if merged["min_points"] > merged["max_points"]:
         bounds_from = ("board_defaults" if not {"min_points", "max_points"} & set(table)
                        else where)
@@ -275,9 +275,10 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
         settings = _board_settings(entry, defaults, source, where)
         grace_key = ("board_defaults.grace" if "grace" not in entry and "grace" in defaults
                      else f"{where}.grace")
+        # TOML gives any type here; parse_duration refuses what is not a duration.
+        grace_raw: Any = settings.get("grace", limits.get("grace", "7d"))
         try:
-            board_grace = parse_duration(settings.get("grace", limits.get("grace", "7d")),
-                                         what=grace_key)
+            board_grace = parse_duration(grace_raw, what=grace_key)
         except ValueError as exc:
             raise _fail(source, grace_key, f"is invalid: {exc}") from None
         scope = entry.get("scope")

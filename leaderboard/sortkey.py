@@ -31,7 +31,7 @@ def max_abs_score(ties: str, time_bits: int) -> int:
     """The largest |score| a board-window of this policy can encode exactly."""
     if ties == "shared":
         return MAX_EXACT
-    return 2 ** (53 - time_bits) - 1
+    return int(2 ** (53 - time_bits)) - 1
 
 
 def _signed(score: int, order: str) -> int:

@@ -66,6 +66,11 @@ def _rank_script(client: redis.Redis) -> Any:
     return found
 
 
+def _scored(raw: Any) -> list[tuple[int, str]]:
+    """(key, player) pairs from a WITHSCORES reply (the client types it loosely)."""
+    return [(int(score), member.decode()) for member, score in raw]
+
+
 def _order(entry: tuple[int, str]) -> tuple[int, str]:
     return (-entry[0], entry[1])
 
@@ -146,7 +151,7 @@ class MergedBoard:
         pipe.zcard(self.keys.touched)
         pipe.zcard(self.keys.merged)
         touched, merged = pipe.execute()
-        return self.base.size - touched + merged
+        return int(self.base.size - touched + merged)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -201,7 +206,7 @@ class MergedBoard:
             ranks = [first_rank_known + i for i in range(len(listing))]
         else:
             distinct: dict[int, int] = {}
-            firsts = []
+            firsts: list[tuple[int, str]] = []
             for key, player in listing:
                 if key not in distinct:
                     distinct[key] = len(firsts)
@@ -219,12 +224,12 @@ class MergedBoard:
         want = offset + n
         merged_raw = self.client.zrange(self.keys.merged, 0, want - 1, desc=True,
                                         withscores=True)
-        merged = [(int(s), m.decode()) for m, s in merged_raw]
+        merged = _scored(merged_raw)
         if merged:
             boundary = merged[-1][0]  # fetch every tie at the cut, so player order is exact
-            merged = [e for e in merged if e[0] != boundary] + [
-                (int(s), m.decode()) for m, s in self.client.zrangebyscore(
-                    self.keys.merged, boundary, boundary, withscores=True)]
+            merged = [e for e in merged if e[0] != boundary] + _scored(
+                self.client.zrangebyscore(self.keys.merged, boundary, boundary,
+                                          withscores=True))
         listing = sorted(merged + self._base_walk(0, 1, want), key=_order)[offset:want]
         return self._with_ranks(listing, offset + 1)
 
@@ -246,7 +251,7 @@ class MergedBoard:
                 cut = group[-1][1]
                 group.extend(self.client.zrangebyscore(self.keys.merged, cut, cut,
                                                        withscores=True))
-        candidates = [(int(s), m.decode()) for m, s in [*higher, *lower, *equal]]
+        candidates = _scored([*higher, *lower, *equal])
         top_index = self.base.count_above(x)
         end_index = self.base.count_at_least(x)
         candidates += self._base_walk(top_index - 1, -1, k)

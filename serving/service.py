@@ -134,7 +134,7 @@ class Leaderboards:
         entry, total, position = merged.lookup(player)
         answer: dict[str, Any] = {"board": merged.board.name, "window": merged.window.id,
                                   "player_id": player}
-        yesterday = None
+        yesterday: dict[str, Any] | None = None
         if loaded.view is not None and position is not None:
             yesterday = {"rank": merged.base.rank_at(position),
                          "score": merged.score_of(merged.base.key_at(position)),
