@@ -117,3 +117,16 @@ def test_every_page_renders(console, path):
     page = console.get(path)
     assert page.status_code == 200
     assert "<main>" in page.text
+
+
+def test_every_asset_is_package_data(console):
+    """A wheel ships app/console/static only as far as pyproject's package-data globs say."""
+    import tomllib
+    from fnmatch import fnmatch
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    globs = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"][
+        "app.console"]
+    for name in STATIC_FILES:
+        assert any(fnmatch(f"static/{name}", pattern) for pattern in globs), name
