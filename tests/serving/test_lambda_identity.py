@@ -3,9 +3,11 @@ answered from batch(<W) merged with speed(>=W) equals the same query on batch(al
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +25,7 @@ from leaderboard.manifest import read_current
 from leaderboard.registry import load_registry
 from leaderboard.schema import TIMESTAMP
 from leaderboard.settings import Settings
+from serving.percentiles import keys_at
 from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
@@ -50,6 +53,9 @@ def _ingest(speed: SpeedLayer, lake: Path, registry, events: list[dict]) -> None
                 "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
                 "server_id": [r["server_id"] for r in rows]})
             ingestor.ingest(table, now=slot, source="t")
+
+
+_PERCENTS = [Decimal(y) for y in ("0.5", "1", "10", "33", "34", "50", "66.7", "99", "100")]
 
 
 def check_world(world: dict, registry_name: str, client, tmp: Path) -> None:
@@ -101,6 +107,12 @@ def check_world(world: dict, registry_name: str, client, tmp: Path) -> None:
         friends = merged.friends(list(reversed(world["players"])))
         assert [(e.player_id, e.rank) for e in friends] == [
             (r.player_id, r.rank) for r in rows if r.player_id in set(world["players"])]
+        # The score needed for a top y%: the score at position ceil(y/100 * n), best first.
+        total, keys = keys_at(merged, _PERCENTS)
+        assert total == len(rows), where
+        assert [None if k is None else merged.score_of(k) for k in keys] == [
+            rows[math.ceil(p * len(rows) / 100) - 1].score if rows else None
+            for p in _PERCENTS], where
 
 
 #: CI runs the identity on 300 worlds (.ci/run sets LAMBDA_EXAMPLES); a local run uses the
