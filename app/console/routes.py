@@ -23,7 +23,7 @@ from leaderboard.settings import Settings
 from serving.service import Leaderboards
 from speed_layer.service import SpeedLayer
 
-__all__ = ["STATIC_FILES", "ConsoleService", "router"]
+__all__ = ["CONTENT_SECURITY_POLICY", "STATIC_FILES", "ConsoleService", "router"]
 
 #: The assets the pages load (name: media type); nothing else is served from the folder.
 STATIC_FILES = {"console.js": "text/javascript; charset=utf-8",
@@ -49,8 +49,16 @@ def _service(request: Request) -> ConsoleService:
     return cast(ConsoleService, request.app.state.service)
 
 
+#: The pages load only their own script, stylesheet and API: nothing inline, nothing from
+#: elsewhere, and they are not framed (the operations page holds the admin key).
+CONTENT_SECURITY_POLICY = ("default-src 'self'; img-src 'self' data:; base-uri 'none'; "
+                           "form-action 'self'; frame-ancestors 'none'")
+
+
 def _html(text: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(text, status_code=status, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(text, status_code=status, headers={
+        "Cache-Control": "no-store", "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+        "X-Content-Type-Options": "nosniff"})
 
 
 def _board(service: ConsoleService, name: str) -> Board | HTMLResponse:

@@ -8,7 +8,7 @@ from html import escape
 
 import pytest
 
-from app.console.routes import STATIC_FILES
+from app.console.routes import CONTENT_SECURITY_POLICY, STATIC_FILES
 from app.http import HttpConfig, create_app
 from serving.service import Leaderboards
 from speed_layer.service import SpeedLayer
@@ -111,12 +111,16 @@ def test_ops_json_reports_batch_speed_and_quarantine(console):
         "unknown_region", "points_out_of_bounds"}
 
 
-@pytest.mark.parametrize("path", ["/console/players", "/console/distribution",
-                                  "/console/ops"])
-def test_every_page_renders(console, path):
+@pytest.mark.parametrize("path", ["/", "/console/boards/global", "/console/players",
+                                  "/console/distribution", "/console/ops",
+                                  "/console/boards/nope"])
+def test_every_page_renders_under_a_same_origin_policy(console, path):
     page = console.get(path)
-    assert page.status_code == 200
+    assert page.status_code == (404 if path.endswith("nope") else 200)
     assert "<main>" in page.text
+    assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert "style=" not in page.text  # the policy refuses inline styles
+    assert "<script>" not in page.text  # and inline scripts
 
 
 def test_every_asset_is_package_data(console):
