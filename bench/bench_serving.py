@@ -10,7 +10,10 @@ Starts its own Redis (EmbeddedRedis, no persistence) and prints, as same-run rat
    p50/p99 against a bare ZREVRANK round trip on the same Redis, interleaved sample by sample
    so both see the same noise (goal: ratio <= 1.5, p99 <= 300 us); and against DuckDB
    `SELECT count(*) FROM standings WHERE sort_key > x` on the same base rows (goal >= 100x).
-3. HTTP (needs wrk on PATH): a real published lake (`leaderboard generate` + `batch`, smaller:
+3. percentiles: `serving.percentiles.keys_at` for the 100-row table (top 1%..100%) and for
+   one percent, on the same base and speed state as 2, against DuckDB `quantile_disc` of the
+   same 100 fractions over the base rows alone (no speed state). Exact answers both.
+4. HTTP (needs wrk on PATH): a real published lake (`leaderboard generate` + `batch`, smaller:
    --http-players), `leaderboard serve --workers 2`, wrk on loopback for top-100 and player
    rank (random players via a wrk Lua script), against a bare FastAPI endpoint returning a
    constant 6 KB JSON on two uvicorn workers, same wrk settings (goals: top-100 >= 5,000
@@ -20,7 +23,7 @@ Figures only, no assertions: the machine is shared, compare the ratios.
 
 Usage: python bench/bench_serving.py [--players 10000000] [--touched 1000000]
        [--samples 20000] [--duckdb-samples 300] [--http-players 100000] [--wrk-seconds 10]
-       [--skip base,rank,duckdb,http] [--quick]
+       [--skip base,rank,duckdb,percentiles,http] [--quick]
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -49,6 +53,7 @@ from leaderboard.registry import load_registry
 from leaderboard.speed_keys import BoardWindowKeys
 from serving.base import BaseBoard
 from serving.merge import MergedBoard
+from serving.percentiles import keys_at
 
 ROOT = Path(__file__).resolve().parents[1]
 console = Console(width=None if sys.stdout.isatty() else 110)
@@ -155,6 +160,38 @@ def section_rank(client: redis.Redis, board: BaseBoard, samples: int, seed: int,
     _row("DuckDB / merged rank, p50 (goal >= 100x)", f"{d50 / o50:.0f}x")
 
 
+def section_percentiles(client: redis.Redis, board: BaseBoard,
+                        con: duckdb.DuckDBPyConnection | None, rounds: int = 20) -> None:
+    from datetime import UTC, datetime
+    window = Window(datetime(2026, 1, 1, tzinfo=UTC), "all-time", "all-time", None)
+    keys = BoardWindowKeys("global", "all-time", "bench")
+    merged = MergedBoard(load_registry().board("global"), window, 0, board, client, keys)
+    table = [Decimal(y) for y in range(1, 101)]
+    keys_at(merged, table)  # warm-up: scripts loaded
+    timings: dict[str, list[float]] = {"table": [], "one": []}
+    for _ in range(rounds):
+        for name, wanted in (("table", table), ("one", [Decimal(1)])):
+            started = time.perf_counter()
+            keys_at(merged, wanted)
+            timings[name].append(time.perf_counter() - started)
+    console.print(f"[bold]3. percentiles[/] ({rounds} rounds, base {board.size:,}, M "
+                  f"{client.zcard(keys.merged):,}, T {client.zcard(keys.touched):,})")
+    t50 = float(np.median(timings["table"])) * 1e3
+    _row("100-row table (keys_at) median ms", f"{t50:.1f}")
+    _row("one percent median ms", f"{float(np.median(timings['one'])) * 1e3:.1f}")
+    if con is None:
+        return
+    fractions = [y / 100 for y in range(1, 101)]
+    lookups = []
+    for _ in range(max(3, rounds // 4)):
+        started = time.perf_counter()
+        con.execute("SELECT quantile_disc(sort_key, ?) FROM standings", [fractions]).fetchall()
+        lookups.append(time.perf_counter() - started)
+    d50 = float(np.median(lookups)) * 1e3
+    _row("DuckDB quantile_disc, 100 fractions, base only, median ms", f"{d50:.1f}")
+    _row("DuckDB / merged table", f"{d50 / t50:.1f}x")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -201,7 +238,7 @@ def top() -> Response:
 
 def section_http(players: int, seconds: int, scratch: Path, redis_url: str) -> None:
     if shutil.which("wrk") is None:
-        console.print("[yellow]3. HTTP skipped: wrk is not on PATH (apt-get install wrk)[/]")
+        console.print("[yellow]4. HTTP skipped: wrk is not on PATH (apt-get install wrk)[/]")
         return
     cli = [sys.executable, "-m", "app.cli"]
     env = dict(os.environ, LEADERBOARD_DATA=str(scratch / "data"), REDIS_URL=redis_url,
@@ -248,7 +285,7 @@ def section_http(players: int, seconds: int, scratch: Path, redis_url: str) -> N
     finally:
         server.terminate()
         server.wait(30)
-    console.print(f"[bold]3. HTTP[/] (wrk -t2 -c64 {seconds}s, 2 uvicorn workers, "
+    console.print(f"[bold]4. HTTP[/] (wrk -t2 -c64 {seconds}s, 2 uvicorn workers, "
                   f"{players:,} players)")
     _row("bare FastAPI constant ~6 KB JSON, req/s", f"{results['bare']:,.0f}")
     _row("GET top?n=100 req/s (goal >= 5,000)",
@@ -292,6 +329,8 @@ def main(argv: list[str] | None = None) -> None:
                     con.register("arrow_t", pa.table({"player_id": ids, "sort_key": keys}))
                     con.execute("CREATE TABLE standings AS SELECT * FROM arrow_t")
                 section_rank(client, board, args.samples, args.seed, con, args.duckdb_samples)
+                if "percentiles" not in skip:
+                    section_percentiles(client, board, con)
             del board, keys, ids
         client.flushall()
         if "http" not in skip:
