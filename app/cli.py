@@ -87,7 +87,8 @@ def _print_reasons(title: str, reasons: dict[str, int]) -> None:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from app.generate import GenerateSpec, generate_season
+    from app.generate import GenerateSpec
+    from app.season import generate_season
 
     settings = _settings(args)
     start = date.fromisoformat(args.start) if args.start else (

@@ -119,7 +119,8 @@ def _activation() -> str | None:
 
 
 def run_demo(settings: Settings, args: argparse.Namespace, *, out: Console, err: Console) -> int:
-    from app.generate import GenerateSpec, generate_season
+    from app.generate import GenerateSpec
+    from app.season import generate_season
 
     lake = settings.lake_dir
     marker = settings.data_dir / "demo.json"

@@ -6,36 +6,29 @@ at scale without real data. The same spec always gives the same tables: all rand
 from one `numpy.random.Generator(PCG64(seed))` and nothing reads the wall clock.
 
 Everything is vectorised with numpy and pyarrow; the only Python loops run per simulated day and
-per landed micro-batch, never per event.
+per landed micro-batch, never per event. This module is the pure simulation (no I/O, no
+threads); `app.season` pushes it through the real landing path.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import queue
 import re
-import threading
-import time
-from collections import Counter
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from leaderboard.lake import LandingWriter
 from leaderboard.registry import Registry
 from leaderboard.schema import INPUT_FIELDS, TIMESTAMP
-from leaderboard.validation import Validated, validate_events
 
-__all__ = ["GenerateReport", "GenerateSpec", "generate_events", "generate_season"]
+__all__ = ["GenerateSpec", "Injected", "generate_events", "simulate", "total_rows"]
 
 # -- the shape of a season ---------------------------------------------------------------------
 
@@ -102,30 +95,6 @@ class GenerateSpec:
     dirty: float = 0.0  # share of dirty rows relative to clean events, 0..0.5
     batch_minutes: int = 60  # simulated landing cadence: one landed file per writer per batch
     writer: str = "gen"
-
-
-@dataclass
-class GenerateReport:
-    """Counts of one generated season, for the CLI summary and the tests."""
-
-    events: int  # clean events generated (before dirt)
-    rows: int  # total raw rows offered to the landing path (events + dirt)
-    accepted: int
-    rejected: int
-    duplicates_in_batch: int
-    duplicates: int  # dirty re-deliveries injected (retries/duplicates)
-    late: int  # late events injected
-    malformed: int  # malformed rows injected
-    files: int
-    quarantine_files: int
-    seconds: float
-    reasons: dict[str, int]
-    #: Busy seconds per stage (generate, validate, land); they overlap, so may sum past `seconds`.
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def events_per_second(self) -> float:
-        return self.events / self.seconds if self.seconds > 0 else float("inf")
 
 
 # -- the population ----------------------------------------------------------------------------
@@ -395,8 +364,9 @@ def _matches(rng: np.random.Generator, pop: _Population, total: int, day_us: int
 
 
 @dataclass
-class _Injected:
-    """Dirt injected so far (the generator fills it in; generate_season reports it)."""
+class Injected:
+    """Dirt injected so far: the simulation fills it in as it runs; the landing pipeline
+    (`app.season.generate_season`) reports it."""
 
     duplicates: int = 0
     late: int = 0
@@ -584,7 +554,7 @@ def _landing_order(rows: _Rows) -> _Rows:
 
 
 def _batches(spec: GenerateSpec, registry: Registry,
-             injected: _Injected) -> Iterator[tuple[datetime, pa.Table]]:
+             injected: Injected) -> Iterator[tuple[datetime, pa.Table]]:
     """The season as (landing_time, raw_batch), in landing-time order; counts its dirt."""
     _check(spec, registry)
     rng = np.random.Generator(np.random.PCG64(spec.seed))
@@ -640,125 +610,22 @@ def generate_events(spec: GenerateSpec, registry: Registry) -> Iterator[tuple[da
     A raw batch has the client's typed columns (no ingested_at: landing stamps it); malformed
     rows carry bad strings, out-of-range values or nulls, never a wrong column type.
     """
-    _check(spec, registry)  # here, so a bad spec fails at the call, not at the first batch
-    return _batches(spec, registry, _Injected())
+    return simulate(spec, registry)[0]
 
 
-# -- the landing path --------------------------------------------------------------------------
+def simulate(spec: GenerateSpec, registry: Registry
+             ) -> tuple[Iterator[tuple[datetime, pa.Table]], Injected]:
+    """`generate_events`, with the count of dirt injected, filled in as the batches are drawn.
 
-_T = TypeVar("_T")
-_DONE = object()
-
-
-def _in_thread(items: Iterator[_T], name: str, depth: int = 3) -> Generator[_T, None, None]:
-    """Run an iterator in its own thread, up to `depth` items ahead of the consumer.
-
-    numpy, Arrow compute and the Parquet writer release the GIL in their kernels, so chaining
-    stages this way (generate | validate | land) keeps both cores busy. Order and content are
-    unchanged; an error in the thread is raised in the consumer.
-    """
-    handoff: queue.Queue[object] = queue.Queue(depth)
-    stop = threading.Event()
-
-    def offer(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not offer(item):
-                    return
-            offer(_DONE)
-        except BaseException as exc:  # any error, KeyboardInterrupt too: re-raised below
-            offer(exc)
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=produce, name=name, daemon=True)
-    worker.start()
-    try:
-        while (item := handoff.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
-    finally:
-        stop.set()
-        worker.join()
-
-
-def _timed(items: Iterator[_T], busy: dict[str, float],
-           stage: str) -> Generator[_T, None, None]:
-    """Pass items through, adding the time spent producing each to busy[stage]."""
-    while True:
-        began = time.perf_counter()
-        try:
-            item = next(items)
-        except StopIteration:
-            return
-        finally:
-            busy[stage] += time.perf_counter() - began
-        yield item
-
-
-def generate_season(spec: GenerateSpec, registry: Registry, lake: Path, *,
-                    progress: Callable[[int, int], None] | None = None) -> GenerateReport:
-    """Generate a season and push it through the real landing path: validate, land, quarantine.
-
-    Each micro-batch is validated at its landing time (so late and future rows are judged as
-    they would be live) and lands as one file per writer; rejected rows go to the quarantine.
-    Generating, validating and landing run as three threaded stages; the files and their seqs
-    are exactly those of a sequential run. `progress(rows_done, rows_total)` follows each batch.
+    The spec is checked here, so a bad one fails at the call, not at the first batch.
     """
     _check(spec, registry)
-    injected = _Injected()
+    injected = Injected()
+    return _batches(spec, registry, injected), injected
+
+
+def total_rows(spec: GenerateSpec) -> int:
+    """Rows the season offers to landing: its events plus the dirt (for progress totals)."""
     events = spec.days * spec.events_per_day
     dirt_per_day = sum(_dirt_counts(spec)) if spec.dirty > 0 and spec.events_per_day else 0
-    total = events + spec.days * dirt_per_day
-    busy = {"generate": 0.0, "validate": 0.0, "land": 0.0}
-    source = f"generate:{spec.writer}"
-
-    def validated() -> Generator[tuple[datetime, int, Validated], None, None]:
-        raw = _in_thread(_timed(_batches(spec, registry, injected), busy, "generate"),
-                         "generate")
-        with contextlib.closing(raw):
-            for landing_time, batch in raw:
-                began = time.perf_counter()
-                result = validate_events(batch, registry, now=landing_time,
-                                         ingested_at=landing_time, source=source)
-                busy["validate"] += time.perf_counter() - began
-                yield landing_time, batch.num_rows, result
-
-    reasons: Counter[str] = Counter()
-    accepted = rejected = in_batch = files = quarantine_files = done = 0
-    started = time.perf_counter()
-    stages = _in_thread(validated(), "validate")
-    # Closing the stages stops and joins their threads, also when landing fails midway.
-    with LandingWriter(lake, spec.writer) as writer, contextlib.closing(stages):
-        for landing_time, rows, result in stages:
-            began = time.perf_counter()
-            files += len(writer.land(result.accepted, landing_time))
-            quarantine_files += len(writer.quarantine(result.rejected, landing_time))
-            busy["land"] += time.perf_counter() - began
-            accepted += result.accepted.num_rows
-            rejected += result.rejected.num_rows
-            in_batch += result.duplicates
-            if result.rejected.num_rows:
-                reasons.update(result.reason_counts())
-            done += rows
-            if progress is not None:
-                progress(done, total)
-    return GenerateReport(
-        events=events, rows=done, accepted=accepted, rejected=rejected,
-        duplicates_in_batch=in_batch, duplicates=injected.duplicates, late=injected.late,
-        malformed=injected.malformed, files=files, quarantine_files=quarantine_files,
-        seconds=time.perf_counter() - started, reasons=dict(sorted(reasons.items())),
-        stage_seconds=busy,
-    )
+    return events + spec.days * dirt_per_day

@@ -71,7 +71,8 @@ from rich.table import Table
 
 import jobs.batch as batch
 import jobs.publish as publish
-from app.generate import GenerateSpec, generate_season
+from app.generate import GenerateSpec
+from app.season import generate_season
 from leaderboard.lake import landed_files
 from leaderboard.manifest import watermark_for
 from leaderboard.registry import load_registry

@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from app.generate import GenerateReport, GenerateSpec, generate_events, generate_season
+from app.generate import GenerateSpec, generate_events
+from app.season import GenerateReport, generate_season
 from leaderboard.lake import ROW_GROUP_SIZE, landed_files
 from leaderboard.registry import load_registry
 from leaderboard.schema import LANDED_SCHEMA

@@ -65,7 +65,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from app.generate import GenerateSpec, generate_events, generate_season
+from app.generate import GenerateSpec, generate_events
+from app.season import generate_season
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.redis_server import EmbeddedRedis
 from leaderboard.registry import Registry, load_registry

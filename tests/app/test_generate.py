@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from app.generate import GenerateReport, GenerateSpec, generate_events, generate_season
+from app.generate import GenerateSpec, generate_events
+from app.season import GenerateReport, generate_season
 from leaderboard.lake import landed_files
 from leaderboard.registry import load_registry, parse_registry
 from leaderboard.schema import INPUT_FIELDS, LANDED_SCHEMA

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.football import football_events
-from app.generate import GenerateSpec, generate_season
+from app.generate import GenerateSpec
+from app.season import generate_season
 from jobs.batch import BatchResult, run_batch
 from jobs.publish import window_runs
 from leaderboard.bans import write_tombstone
