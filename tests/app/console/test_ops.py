@@ -101,3 +101,18 @@ def test_ops_status_says_what_is_missing_on_an_empty_lake(tmp_path, redis_client
     assert status.batch_problem is not None
     assert "leaderboard batch" in status.batch_problem
     assert status.quarantine.rows == 0
+
+
+def test_ops_status_says_why_when_redis_is_gone(console_data):
+    import redis
+
+    from leaderboard.redis_server import free_port
+
+    gone = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5)
+    speed = SpeedLayer(gone, console_data.registry, console_data.lake_dir)
+    status = ops_status(console_data.lake_dir, speed, console_data.now(), QuarantineTally())
+    assert status.speed is None
+    assert status.speed_problem is not None
+    assert status.speed_problem.startswith("Redis does not answer")
+    assert status.batch is not None  # the lake's parts still answer
+    assert status.quarantine.rows == 10
