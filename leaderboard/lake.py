@@ -231,6 +231,9 @@ class LandingWriter:
             raise WriterBusy(
                 f"landing writer {writer!r} is held by another process; use another writer id"
             ) from None
+        #: The seq of this writer's latest landed events file (-1: none): the speed layer
+        #: chains a writer's files by it, so a file whose fold failed is seen as a hole.
+        self.last_event_seq = -1
         self._next = self._recover_next_seq()
         self._reserved = self._next  # seqs below this are durably reserved
 
@@ -239,9 +242,13 @@ class LandingWriter:
         if self._seq_path.exists():
             text = self._seq_path.read_text().strip()
             counted = int(text) if text.isdigit() else 0
-        on_disk = max((f.seq + 1 for kind in ("events", "quarantine")
-                       for f in landed_files(self.lake, kind=kind) if f.writer == self.writer),
-                      default=0)
+        on_disk = 0
+        for kind in ("events", "quarantine"):
+            for f in landed_files(self.lake, kind=kind):
+                if f.writer == self.writer:
+                    on_disk = max(on_disk, f.seq + 1)
+                    if kind == "events":
+                        self.last_event_seq = max(self.last_event_seq, f.seq)
         return max(counted, on_disk)
 
     def close(self) -> None:
@@ -327,6 +334,8 @@ class LandingWriter:
             target = self._target(kind, day, seq)
             atomic_write_parquet(part, target, sort_by=sort_by, use_dictionary=use_dictionary)
             written.append(LandedFile(self.writer, seq, day, target, part.num_rows))
+            if kind == "events":
+                self.last_event_seq = seq
         return written
 
 

@@ -2,10 +2,11 @@
 
 Per batch version V and board-window k, every key carries the hash tag `{board|window_id}`,
 so a board-window lives in one Redis Cluster slot and every script touches one slot:
-`lb:{k}:V:M` merged keys (zset), `:T` base keys of touched players (zset), `:C` fold
-checkpoints per writer (hash), `:L` last-event marks for `last` boards (hash), `:B` banned
-players (set). Global keys: `lb:current` (version pointer, JSON), `lb:banned` (set),
-`lb:V:progress` (writer -> last seq folded everywhere), `lb:V:windows` (set of touched k),
+`lb:{k}:V:M` merged keys (zset), `:T` base keys of touched players (zset), `:C` the
+files folded here past each writer's floor (hash), `:L` last-event marks for `last` boards
+(hash), `:B` banned players (set). Global keys: `lb:current` (version pointer, JSON),
+`lb:banned` (set), `lb:V:progress` (per writer: a floor every events file up to which is
+folded everywhere, and the files folded past it), `lb:V:windows` (set of touched k),
 `lb:V:bans` (players whose ban is applied in V's state).
 """
 
@@ -21,6 +22,7 @@ from leaderboard.settings import Settings
 
 __all__ = [
     "BANNED",
+    "BANS_GENERATION",
     "CURRENT",
     "BoardWindowKeys",
     "SpeedVersion",
@@ -34,6 +36,9 @@ __all__ = [
 
 CURRENT = "lb:current"
 BANNED = "lb:banned"
+#: Counts changes of BANNED (same Cluster slot: its hash tag is BANNED's whole name), so a
+#: fold that read the set can tell whether a ban or unban ran meanwhile.
+BANS_GENERATION = "{lb:banned}:generation"
 
 
 def version_tag(version: str | None) -> str:

@@ -18,7 +18,7 @@ base version has; on its first touch, when that finds nothing, the base key goes
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -39,29 +39,42 @@ from leaderboard.manifest import read_version
 from leaderboard.registry import Board, Registry
 from leaderboard.speed_keys import (
     BANNED,
+    BANS_GENERATION,
     BoardWindowKeys,
     SpeedVersion,
     progress_key,
     windows_key,
 )
 
-__all__ = ["FOLD_SCRIPT", "BaseKeys", "Folder", "ScriptPipeline", "Update", "plan_updates",
-           "value_fields"]
+__all__ = ["FOLD_SCRIPT", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
+           "ScriptPipeline", "Update", "plan_updates", "predecessors", "value_fields"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_DAY = 86_400_000_000
 
 #: KEYS: M, T, C, L, B. ARGV: writer, seq, mode, aggregation, sign, earliest (0|1),
-#: 2^time_bits, based rows, plain rows. A row is its fields, each followed by '\n' (player
-#: and match ids never hold a control character). Plain row: player, values; based row (the
-#: player has a base key in this version): player, base key, base mark (`last` only), values.
+#: 2^time_bits, based rows, plain rows, the writer's floor. A row is its fields, each
+#: followed by '\n' (player and match ids never hold a control character). Plain row:
+#: player, values; based row (the player has a base key in this version): player, base key,
+#: base mark (`last` only), values.
 #: Values (see `value_fields`): sum with shared ties: sort-key delta (points delta times the
 #: sign, so the script hands the text to ZINCRBY as is); sum with earliest ties:
 #: delta, t of the latest event; max|min: best points, its t; last: points, event time (us,
 #: 20 digits), match_id, t.
 FOLD_SCRIPT = """
-local ck = redis.call('HGET', KEYS[3], ARGV[1])
-local covered = ck and tonumber(ck) >= tonumber(ARGV[2])
+-- C holds, per writer, the seqs this board-window folded past the writer's floor (ARGV[10]:
+-- every file of the writer up to it is folded everywhere), as text 's,s,...'.
+-- C's own `floor:<writer>` is the floor it last trimmed to (a caller's floor may be older).
+local seq, floor = tonumber(ARGV[2]), tonumber(ARGV[10])
+local trimmed = tonumber(redis.call('HGET', KEYS[3], 'floor:' .. ARGV[1]) or '-1')
+if trimmed > floor then floor = trimmed end
+local done = redis.call('HGET', KEYS[3], ARGV[1]) or ''
+local covered = seq <= floor
+if not covered then
+  for x in string.gmatch(done, '%d+') do
+    if tonumber(x) == seq then covered = true break end
+  end
+end
 -- fold: apply a file once. replay (unban): re-apply one player's events of a file this
 -- board-window has already folded; files not yet folded here will be folded normally.
 if ARGV[3] == 'fold' and covered then return 0 end
@@ -156,8 +169,57 @@ else
     end
   end
 end
-if ARGV[3] == 'fold' then redis.call('HSET', KEYS[3], ARGV[1], ARGV[2]) end
+if ARGV[3] == 'fold' then
+  local kept = {}
+  for x in string.gmatch(done, '%d+') do
+    if tonumber(x) > floor then kept[#kept + 1] = x end
+  end
+  kept[#kept + 1] = ARGV[2]
+  redis.call('HSET', KEYS[3], ARGV[1], table.concat(kept, ','))
+  if floor > trimmed then redis.call('HSET', KEYS[3], 'floor:' .. ARGV[1], floor) end
+end
 return 1
+"""
+
+#: KEYS: the version's progress hash. ARGV: writer, seq folded everywhere (or -1), the seq
+#: of the writer's events file before it (-1: none; the seq itself: unknown), a floor from a
+#: lake listing (or -1). Per writer, field `floor:<w>` holds the floor (every events file of
+#: w up to it is folded or before the watermark) and `after:<w>` the files folded past it, as
+#: 'seq:prev,'. A file whose predecessor is within the floor moves the floor up to it, so a
+#: file whose fold failed keeps every later one past the floor (a hole `pending` lists).
+#: Returns the number of files left past the floor.
+PROGRESS_SCRIPT = """
+local fk, ak = 'floor:' .. ARGV[1], 'after:' .. ARGV[1]
+local floor = tonumber(redis.call('HGET', KEYS[1], fk) or '-1')
+local seq, prev, listed = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if listed > floor then floor = listed end
+local after = {}
+for s, p in string.gmatch(redis.call('HGET', KEYS[1], ak) or '', '(%d+):(%-?%d+),') do
+  after[tonumber(s)] = tonumber(p)
+end
+if seq > floor then after[seq] = prev end
+local moved = true
+while moved do
+  moved = false
+  for s, p in pairs(after) do
+    if s <= floor then
+      after[s] = nil
+    elseif p <= floor then
+      floor = s
+      after[s] = nil
+      moved = true
+    end
+  end
+end
+redis.call('HSET', KEYS[1], fk, floor)
+local rest, left = {}, 0
+for s, p in pairs(after) do
+  rest[#rest + 1] = s .. ':' .. p .. ','
+  left = left + 1
+end
+if left > 0 then redis.call('HSET', KEYS[1], ak, table.concat(rest))
+else redis.call('HDEL', KEYS[1], ak) end
+return left
 """
 
 
@@ -489,16 +551,48 @@ def encode_rows(update: Update, base: _BaseWindow | None) -> tuple[bytes, bytes]
     return based_rows, _lines([players.filter(plain), *(v.filter(plain) for v in values)])
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Which files of a version are folded everywhere, per writer: every events file up to
+    `floors[w]` (or before the watermark), and the seqs in `after[w]` (with the seq of each
+    one's predecessor) past it."""
+
+    floors: dict[str, int]
+    after: dict[str, dict[int, int]]
+
+    def folded(self, writer: str, seq: int) -> bool:
+        return seq <= self.floors.get(writer, -1) or seq in self.after.get(writer, {})
+
+
+@dataclass
+class Call:
+    """One board-window's FOLD_SCRIPT call of one file."""
+
+    keys: BoardWindowKeys
+    args: list[str | int | bytes]
+
+
 class Folder:
-    """Folds landed files into the speed state of one version."""
+    """Folds landed files into the speed state of one version.
+
+    `on_ban_race(version, windows)` (set by the speed layer) runs when a ban or unban
+    changed the banned set while a fold was applying a file with the old set: it applies
+    the players' resulting state again to the board-windows that fold touched.
+    """
 
     def __init__(self, client: redis.Redis, registry: Registry, lake: Path) -> None:
         self.client = client
         self.registry = registry
         self.lake = Path(lake)
         self._sha = _sha(FOLD_SCRIPT)
+        self._progress_sha = _sha(PROGRESS_SCRIPT)
         self._bases: dict[str, BaseKeys] = {}
         self._newest: dict[Path, datetime] = {}
+        #: Per (version tag, writer): files folded past the writer's floor after the last
+        #: fold (a hole before them, or a predecessor not known yet).
+        self.past_floor: dict[tuple[str, str], int] = {}
+        self.on_ban_race: Callable[[SpeedVersion, set[str], list[tuple[str, str]]],
+                                   None] | None = None
 
     def base(self, version: SpeedVersion) -> BaseKeys:
         tag = version.tag
@@ -509,21 +603,13 @@ class Folder:
             self._bases[tag] = BaseKeys(view)
         return self._bases[tag]
 
-    def fold(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table,
-             *, mode: str = "fold", banned: set[str] | None = None) -> int:
-        """Fold one landed file; returns the number of board-windows that applied it.
-
-        Banned players' rows are dropped first. `mode="replay"` re-applies a file's rows
-        (one unbanned player's) where the file was already folded, leaving checkpoints alone.
-        Fault checkpoints: fold.after_script (each board-window call, sent one at a time
-        while a hook is installed), fold.before_progress.
-        """
-        if banned is None:
-            banned = {_decoded(b) for b in self.client.smembers(BANNED)}
+    def calls(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table, *,
+              mode: str, banned: set[str], floor: int) -> list[Call]:
+        """The FOLD_SCRIPT calls of one file, one per board-window it touches; banned
+        players' rows dropped (every board-window still gets its call, so its checkpoint
+        covers the file and an unban replays from there)."""
         updates = plan_updates(table, self.registry, version.watermark)
         if banned:
-            # Banned players' rows are dropped, but every board-window the file touches still
-            # gets its call, so its checkpoint covers the file (an unban replays from there).
             ban_set = pa.array(sorted(banned), pa.string())
             for update in updates:
                 keep = pc.invert(pc.is_in(update.players, value_set=ban_set))
@@ -531,34 +617,105 @@ class Folder:
                     update.players = update.players.filter(keep)
                     update.values = [v.filter(keep) for v in update.values]
         base = self.base(version)
-        applied = 0
-        pipe = ScriptPipeline(self.client)
-        touched = []
-        stepwise = faults.active()
+        calls = []
         for update in updates:
-            keys = BoardWindowKeys(update.board.name, update.window.id, version.tag)
             based_rows, plain_rows = encode_rows(update, base.window(update.board,
                                                                      update.window.id))
-            args: list[str | int | bytes] = [
-                writer, seq, mode, update.board.aggregation,
-                1 if update.board.order == "desc" else -1,
-                1 if update.board.ties == "earliest" else 0, 1 << update.time_bits,
-                based_rows, plain_rows,
-            ]
-            touched.append(f"{update.board.name}|{update.window.id}")
-            pipe.script(FOLD_SCRIPT, self._sha, keys.all(), args)
+            calls.append(Call(BoardWindowKeys(update.board.name, update.window.id, version.tag),
+                              [writer, seq, mode, update.board.aggregation,
+                               1 if update.board.order == "desc" else -1,
+                               1 if update.board.ties == "earliest" else 0,
+                               1 << update.time_bits, based_rows, plain_rows, floor]))
+        return calls
+
+    def fold(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table,
+             *, prev: int | None = None, mode: str = "fold",
+             banned: set[str] | None = None) -> int:
+        """Fold one landed file; returns the number of board-windows that applied it.
+
+        `prev`: the seq of the writer's events file before this one (-1: none; None: not
+        known here), which lets the progress floor move past this file. Banned players'
+        rows are dropped first. `mode="replay"` re-applies a file's rows (one unbanned
+        player's) where the file was already folded, leaving checkpoints alone.
+        Fault checkpoints: fold.after_script (each board-window call, sent one at a time
+        while a hook is installed), fold.before_progress.
+        """
+        read = self.client.pipeline(transaction=False)
+        read.get(BANS_GENERATION)
+        read.smembers(BANNED)
+        read.hget(progress_key(version.tag), f"floor:{writer}")
+        generation, banned_now, floor = read.execute()
+        if banned is None:
+            banned = {_decoded(b) for b in banned_now}
+        calls = self.calls(version, writer, seq, table, mode=mode, banned=banned,
+                           floor=-1 if floor is None else int(floor))
+        applied = 0
+        pipe = ScriptPipeline(self.client)
+        stepwise = faults.active()
+        for call in calls:
+            pipe.script(FOLD_SCRIPT, self._sha, call.keys.all(), call.args)
             if stepwise:
                 applied += sum(int(r) for r in pipe.execute())
                 faults.checkpoint("fold.after_script")
+        touched = [(c.keys.board, c.keys.window_id) for c in calls]
         if touched:
-            pipe.command("sadd", windows_key(version.tag), *touched)
+            pipe.command("sadd", windows_key(version.tag), *[f"{b}|{w}" for b, w in touched])
         results = pipe.execute()
         if not stepwise:
-            applied += sum(int(r) for r in results[: len(updates)])
+            applied += sum(int(r) for r in results[: len(calls)])
         faults.checkpoint("fold.before_progress")
+        after = ScriptPipeline(self.client)
         if mode == "fold":
-            self.client.hset(progress_key(version.tag), writer, seq)
+            after.script(PROGRESS_SCRIPT, self._progress_sha, [progress_key(version.tag)],
+                         [writer, seq, seq if prev is None else prev, -1])
+        after.command("get", BANS_GENERATION)
+        replies = after.execute()
+        if mode == "fold":
+            self.past_floor[(version.tag, writer)] = int(replies[0])
+        if replies[-1] != generation and self.on_ban_race is not None and touched:
+            # A ban or unban ran while this file was folded with the banned set read before
+            # it: apply the players' resulting state again where this fold wrote.
+            changed = banned ^ {_decoded(b) for b in self.client.smembers(BANNED)}
+            if changed:
+                self.on_ban_race(version, changed, touched)
         return applied
+
+    def progress(self, version: SpeedVersion) -> Progress:
+        floors: dict[str, int] = {}
+        after: dict[str, dict[int, int]] = {}
+        for raw_field, raw_value in self.client.hgetall(progress_key(version.tag)).items():
+            kind, _, writer = _decoded(raw_field).partition(":")
+            value = _decoded(raw_value)
+            if kind == "floor":
+                floors[writer] = int(value)
+            elif kind == "after":
+                after[writer] = {int(s): int(p) for s, _, p in
+                                 (item.partition(":") for item in value.split(",") if item)}
+        return Progress(floors, after)
+
+    def advance(self, version: SpeedVersion, files: list[LandedFile] | None = None) -> None:
+        """Move each writer's floor over its files that are folded or before the watermark,
+        from a listing of the lake (files landed before their predecessor was known)."""
+        progress = self.progress(version)
+        listed = landed_files(self.lake) if files is None else files
+        by_writer: dict[str, list[LandedFile]] = {}
+        for landed in listed:
+            by_writer.setdefault(landed.writer, []).append(landed)
+        pipe = ScriptPipeline(self.client)
+        for writer, found in sorted(by_writer.items()):
+            floor = progress.floors.get(writer, -1)
+            for landed in sorted(found, key=lambda f: f.seq):
+                if landed.seq <= floor:
+                    continue
+                if progress.folded(writer, landed.seq) or not self._after(landed,
+                                                                          version.watermark):
+                    floor = landed.seq
+                else:
+                    break
+            if floor > progress.floors.get(writer, -1):
+                pipe.script(PROGRESS_SCRIPT, self._progress_sha, [progress_key(version.tag)],
+                            [writer, -1, -1, floor])
+        pipe.execute()
 
     def _after(self, landed: LandedFile, watermark: datetime | None) -> bool:
         """Whether a landed file may hold rows ingested at or after the watermark. A file's
@@ -570,22 +727,40 @@ class Folder:
             self._newest[landed.path] = stamp_range(landed.path)[1]
         return self._newest[landed.path] >= watermark
 
-    def pending(self, version: SpeedVersion) -> list[LandedFile]:
-        """Landed files past this version's progress mark (per writer) and its watermark."""
-        marks = {_decoded(k): int(v) for k, v in
-                 self.client.hgetall(progress_key(version.tag)).items()}
-        return [f for f in landed_files(self.lake)
-                if f.seq > marks.get(f.writer, -1) and self._after(f, version.watermark)]
+    def pending(self, version: SpeedVersion, writer: str | None = None) -> list[LandedFile]:
+        """Landed files past this version's watermark not yet folded everywhere (a file
+        whose fold failed stays pending whatever landed after it), by (writer, seq)."""
+        progress = self.progress(version)
+        return sorted((f for f in landed_files(self.lake)
+                       if (writer is None or f.writer == writer)
+                       and not progress.folded(f.writer, f.seq)
+                       and self._after(f, version.watermark)),
+                      key=lambda f: (f.writer, f.seq))
 
     def pending_or_folded(self, version: SpeedVersion) -> list[LandedFile]:
         """Every landed file that may hold speed events of this version (past its watermark)."""
         return [f for f in landed_files(self.lake) if self._after(f, version.watermark)]
 
     def catch_up(self, version: SpeedVersion, files: Iterable[LandedFile] | None = None) -> int:
-        """Fold every file past the progress mark, in seq order per writer (crash repair)."""
-        folded = 0
-        for landed in sorted(self.pending(version) if files is None else files,
-                             key=lambda f: (f.writer, f.seq)):
-            self.fold(version, landed.writer, landed.seq, pq.read_table(landed.path))
-            folded += 1
-        return folded
+        """Fold every pending file, in seq order per writer (crash repair), then move the
+        floors over them."""
+        listing = landed_files(self.lake)
+        todo = sorted(self.pending(version) if files is None else files,
+                      key=lambda f: (f.writer, f.seq))
+        prevs = predecessors(listing)
+        for landed in todo:
+            self.fold(version, landed.writer, landed.seq, pq.read_table(landed.path),
+                      prev=prevs.get((landed.writer, landed.seq)))
+        self.advance(version, listing)
+        return len(todo)
+
+
+def predecessors(listing: Iterable[LandedFile]) -> dict[tuple[str, int], int]:
+    """Per (writer, seq) of a lake listing: the seq of the writer's events file before it
+    (-1: none)."""
+    found: dict[tuple[str, int], int] = {}
+    last: dict[str, int] = {}
+    for landed in sorted(listing, key=lambda f: (f.writer, f.seq)):
+        found[(landed.writer, landed.seq)] = last.get(landed.writer, -1)
+        last[landed.writer] = landed.seq
+    return found

@@ -119,6 +119,7 @@ class Ingestor:
             rejected = pa.concat_tables([rejected, unparseable.select(rejected.column_names)
                                          .cast(rejected.schema)])
         accepted, retries, claim = validated.accepted, 0, None
+        prev = self.writer.last_event_seq
         if self.speed is not None and not backfill:
             accepted, retries, claim = self.speed.claim(accepted, now, self.writer.writer,
                                                         self.writer.next_seq)
@@ -154,7 +155,8 @@ class Ingestor:
             # Claimed ids are already remembered; backfilled rows are folded too where they
             # are past the watermark, but not remembered (the batch dedupes trusted imports).
             try:
-                self.speed.after_land(report.files, accepted, now, remember=False)
+                self.speed.after_land(report.files, accepted, now, remember=False,
+                                      prev=prev)
             except redis.RedisError as exc:
                 report.fold_error = f"{type(exc).__name__}: {exc}"
         return report

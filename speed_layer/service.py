@@ -22,16 +22,16 @@ from leaderboard.manifest import Manifest, read_current, read_version, watermark
 from leaderboard.registry import Registry
 from leaderboard.speed_keys import (
     BANNED,
+    BANS_GENERATION,
     CURRENT,
     BoardWindowKeys,
     SpeedVersion,
     bans_key,
-    progress_key,
     read_current_version,
     windows_key,
 )
 from speed_layer.door import Claim, ClaimPending, Door
-from speed_layer.fold import Folder
+from speed_layer.fold import FOLD_SCRIPT, Folder, predecessors
 
 __all__ = ["SpeedLayer", "SpeedStatus"]
 
@@ -48,7 +48,10 @@ class SpeedStatus:
     watermark: str | None
     board_windows: int
     lag_files: int
+    #: Pending files with a later file of the same writer folded (folds that failed).
+    holes: int
     newest_landed: dict[str, int]
+    #: Per writer: every events file up to this seq is folded (or before the watermark).
     folded: dict[str, int]
     keys: int
     memory_bytes: int
@@ -64,6 +67,7 @@ class SpeedLayer:
         self.registry = registry
         self.lake = Path(lake)
         self.folder = Folder(client, registry, lake)
+        self.folder.on_ban_race = self._ban_race
         self.door = Door(client, registry.idempotency_horizon)
 
     # -- versions ---------------------------------------------------------------------------
@@ -116,22 +120,37 @@ class SpeedLayer:
         return self.door.recover(writer, landed, flights)
 
     def after_land(self, files: list[LandedFile], table: pa.Table, at: datetime, *,
-                   remember: bool = True) -> None:
-        """Remember the landed ids, then fold each landed file into the live version."""
+                   remember: bool = True, prev: int | None = None) -> None:
+        """Remember the landed ids, then fold each landed file into the live version.
+
+        `prev`: the seq of the writer's events file before these (`LandingWriter.
+        last_event_seq` before landing). A file of the writer left unfolded before them (a
+        fold that failed, a crash) is folded here too: completeness does not depend on the
+        caller running a repair."""
         if remember:
             self.door.remember(table, at)
         version = self.current()
         for landed in files:
-            self.folder.fold(version, landed.writer, landed.seq, pq.read_table(landed.path))
+            self.folder.fold(version, landed.writer, landed.seq, pq.read_table(landed.path),
+                             prev=prev)
+            prev = landed.seq
+        for writer in sorted({f.writer for f in files}):
+            if self.folder.past_floor.get((version.tag, writer), 0):
+                self.folder.advance(version)
+                self.folder.catch_up(version, self.folder.pending(version, writer))
 
     def repair(self) -> int:
-        """After a crash: remember the ids of, and fold, every file past the progress mark."""
+        """After a crash: remember the ids of, and fold, every file not folded everywhere
+        (whatever landed after it)."""
         version = self.current()
         pending = self.folder.pending(version)
-        for landed in sorted(pending, key=lambda f: (f.writer, f.seq)):
+        prevs = predecessors(landed_files(self.lake))
+        for landed in pending:
             table = pq.read_table(landed.path)
             self._remember_landed(table)
-            self.folder.fold(version, landed.writer, landed.seq, table)
+            self.folder.fold(version, landed.writer, landed.seq, table,
+                             prev=prevs.get((landed.writer, landed.seq)))
+        self.folder.advance(version)
         return len(pending)
 
     def _remember_landed(self, table: pa.Table) -> None:
@@ -148,13 +167,20 @@ class SpeedLayer:
         """Make `lb:banned` agree with the lake's tombstones (the lake is the truth)."""
         banned = banned_players(self.lake)
         known = {_text(b) for b in self.client.smembers(BANNED)}
-        pipe = self.client.pipeline(transaction=True)
-        if banned - known:
-            pipe.sadd(BANNED, *sorted(banned - known))
-        if known - banned:
-            pipe.srem(BANNED, *sorted(known - banned))
-        pipe.execute()
+        if banned != known:
+            self._set_banned(add=banned - known, remove=known - banned)
         return banned
+
+    def _set_banned(self, *, add: set[str] = frozenset(),  # type: ignore[assignment]
+                    remove: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """Change `lb:banned` and count the change (a fold that read the old set sees it)."""
+        pipe = self.client.pipeline(transaction=True)
+        if add:
+            pipe.sadd(BANNED, *sorted(add))
+        if remove:
+            pipe.srem(BANNED, *sorted(remove))
+        pipe.incr(BANS_GENERATION)
+        pipe.execute()
 
     def rebase(self, manifest: Manifest) -> SpeedVersion:
         """Build the state of a newly published version beside the live one, flip `current`
@@ -236,17 +262,20 @@ class SpeedLayer:
                 found[player][(board, window_id)] = int(key)
         return found
 
-    def _hide(self, version: SpeedVersion, players: set[str]) -> int:
+    def _hide(self, version: SpeedVersion, players: set[str],
+              only: list[tuple[str, str]] | None = None) -> int:
         """Apply bans to one version's state: each player leaves M, their base keys go to T
-        (so the base's copy is hidden too) and the board-window's B set holds them."""
+        (so the base's copy is hidden too) and the board-window's B set holds them. `only`
+        limits it to those board-windows."""
         if not players:
             return 0
-        windows = set(self._windows(version))
+        windows = set(self._windows(version)) if only is None else set(only)
         bases = self._base_keys_of(version, players)
         touched = 0
         for player in sorted(players):
             base = bases[player]
-            for board, window_id in sorted(windows | set(base)):
+            found = windows | set(base) if only is None else windows
+            for board, window_id in sorted(found):
                 keys = BoardWindowKeys(board, window_id, version.tag)
                 pipe = self.client.pipeline(transaction=True)
                 pipe.sadd(keys.banned, player)
@@ -256,32 +285,56 @@ class SpeedLayer:
                     pipe.zadd(keys.touched, {player: base[(board, window_id)]})
                 pipe.execute()
                 touched += 1
-        self.client.sadd(bans_key(version.tag), *sorted(players))
+        if only is None:
+            self.client.sadd(bans_key(version.tag), *sorted(players))
         return touched
 
-    def _restore(self, version: SpeedVersion, player: str) -> int:
-        """Undo a ban in one version's state exactly: base keys back, and the player's events
-        since the watermark replayed where their files were already folded."""
-        # Every board-window the ban touched: the live ones and the player's base ones (a
-        # closed window the speed layer never folded into still hides the player).
-        windows = sorted(set(self._windows(version))
-                         | set(self._base_keys_of(version, {player})[player]))
-        for board, window_id in windows:
+    def _restore(self, version: SpeedVersion, player: str,
+                 only: list[tuple[str, str]] | None = None) -> int:
+        """Undo a ban in one version's state exactly: per board-window, in one transaction
+        (so no fold interleaves), the player's keys reset and their events since the
+        watermark replayed from every file already folded there. `only` limits it to those
+        board-windows."""
+        progress = self.folder.progress(version)
+        calls: dict[tuple[str, str], list[Any]] = {}
+        for landed in sorted(self.folder.pending_or_folded(version),
+                             key=lambda f: (f.writer, f.seq)):
+            table = pq.read_table(landed.path, filters=[("player_id", "=", player)])
+            if table.num_rows:
+                for call in self.folder.calls(version, landed.writer, landed.seq, table,
+                                              mode="replay", banned=set(),
+                                              floor=progress.floors.get(landed.writer, -1)):
+                    calls.setdefault((call.keys.board, call.keys.window_id), []).append(call)
+        if only is None:
+            # Every board-window the ban touched: the live ones and the player's base ones (a
+            # closed window the speed layer never folded into still hides the player).
+            windows = (set(self._windows(version)) | set(calls)
+                       | set(self._base_keys_of(version, {player})[player]))
+        else:
+            windows = set(only)
+        sha = self.client.script_load(FOLD_SCRIPT)
+        for board, window_id in sorted(windows):
             keys = BoardWindowKeys(board, window_id, version.tag)
             pipe = self.client.pipeline(transaction=True)
             pipe.srem(keys.banned, player)
             pipe.zrem(keys.merged, player)
             pipe.zrem(keys.touched, player)
             pipe.hdel(keys.last_marks, player)
+            for call in calls.get((board, window_id), []):
+                pipe.evalsha(sha, len(call.keys.all()), *call.keys.all(), *call.args)
             pipe.execute()
-        for landed in sorted(self.folder.pending_or_folded(version),
-                             key=lambda f: (f.writer, f.seq)):
-            table = pq.read_table(landed.path, filters=[("player_id", "=", player)])
-            if table.num_rows:
-                self.folder.fold(version, landed.writer, landed.seq, table, mode="replay",
-                                 banned=set())
-        self.client.srem(bans_key(version.tag), player)
+        if only is None:
+            self.client.srem(bans_key(version.tag), player)
         return len(windows)
+
+    def _ban_race(self, version: SpeedVersion, players: set[str],
+                  windows: list[tuple[str, str]]) -> None:
+        """A fold applied a file with a banned set a ban or unban changed meanwhile: apply
+        those players' resulting state again to the board-windows it wrote (idempotent)."""
+        banned = {_text(b) for b in self.client.smembers(BANNED)}
+        self._hide(version, players & banned, windows)
+        for player in sorted(players - banned):
+            self._restore(version, player, windows)
 
     def apply_bans(self, version: SpeedVersion) -> int:
         """Make one version's state agree with the lake's ban state (latest tombstone wins),
@@ -300,7 +353,7 @@ class SpeedLayer:
         write_tombstone(self.lake, player, "ban", at, reason)
         if player not in banned_players(self.lake):
             return 0  # a later unban (or one at the same instant) already stands
-        self.client.sadd(BANNED, player)
+        self._set_banned(add={player})
         return self._hide(self.current(), {player})
 
     def unban(self, player: str, at: datetime) -> int:
@@ -309,7 +362,7 @@ class SpeedLayer:
         write_tombstone(self.lake, player, "unban", at)
         if player in banned_players(self.lake):
             return 0  # a later ban already stands: the lake's latest tombstone decides
-        self.client.srem(BANNED, player)
+        self._set_banned(remove={player})
         return self._restore(self.current(), player)
 
     # -- status -----------------------------------------------------------------------------
@@ -319,9 +372,11 @@ class SpeedLayer:
         newest: dict[str, int] = {}
         for landed in landed_files(self.lake):
             newest[landed.writer] = max(newest.get(landed.writer, -1), landed.seq)
-        folded = {_text(k): int(v) for k, v in
-                  self.client.hgetall(progress_key(version.tag)).items()}
-        lag = len(self.folder.pending(version))
+        progress = self.folder.progress(version)
+        pending = self.folder.pending(version)
+        # A hole: a pending file with a later file of its writer folded (a fold that failed).
+        holes = [f for f in pending
+                 if max(progress.after.get(f.writer, {}), default=-1) > f.seq]
         keys = 0
         memory = 0
         for key in self.client.scan_iter(match=f"lb:{{*}}:{version.tag}:*", count=1000):
@@ -332,7 +387,8 @@ class SpeedLayer:
             version=version.version,
             watermark=None if version.watermark is None else version.watermark.isoformat(),
             board_windows=int(self.client.scard(windows_key(version.tag))),
-            lag_files=lag, newest_landed=newest, folded=folded, keys=keys,
+            lag_files=len(pending), holes=len(holes), newest_landed=newest,
+            folded=dict(sorted(progress.floors.items())), keys=keys,
             memory_bytes=memory + door_bytes, banned=int(self.client.scard(BANNED)),
         )
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import redis
 from lakes import batches, day, random_stream
 from oracle import reference_standings
 
 from jobs.batch import run_batch
+from leaderboard import faults
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import read_current
 from leaderboard.redis_server import EmbeddedRedis
@@ -272,3 +274,98 @@ def test_a_ban_between_the_watermark_and_the_rebase_holds_in_the_new_version(
     speed.rebuild(day("2026-11-30T02:00:00"))
     assert served.player("global", leader.player_id, "all-time")["status"] == "unranked"
     _assert_served_as_reference(lake, registry, redis_client)
+
+
+def _redis_blip(_name: str) -> None:
+    raise redis.ConnectionError("connection reset (injected)")
+
+
+def test_a_fold_that_failed_is_folded_by_the_next_ingest(world, redis_client):
+    """Issue 10 item 2: the fold of one file fails after landing; the library's ingest path
+    (no repair called) folds it with the writer's next file."""
+    lake, registry, speed = world
+    todo = batches(random_stream(33, start=START, days=1, duplicate_share=0.0))
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for number, (at, table) in enumerate(todo):
+            if number == 2:
+                with faults.injected("fold.after_script", faults.on_hit(2, _redis_blip)):
+                    report = ingestor.ingest(table, now=at, source="t")
+                assert report.fold_error is not None
+            else:
+                assert ingestor.ingest(table, now=at, source="t").fold_error is None
+    assert merged_view(redis_client, "none") == expected_keys(lake, registry)
+    status = speed.status()
+    assert (status.lag_files, status.holes) == (0, 0)
+
+
+def test_a_hole_is_pending_whatever_landed_after_it(world, redis_client):
+    """A file whose fold failed stays pending after the writer's next file folds (by a path
+    that does not fill holes): status counts it, `repair` folds it."""
+    lake, registry, speed = world
+    todo = batches(random_stream(34, start=START, days=1, duplicate_share=0.0))
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for at, table in todo[:2]:
+            ingestor.ingest(table, now=at, source="t")
+        at, table = todo[2]
+        with faults.injected("fold.after_script", faults.on_hit(1, _redis_blip)):
+            assert ingestor.ingest(table, now=at, source="t").fold_error is not None
+        hole = writer.last_event_seq
+        at, table = todo[3]
+        [landed] = writer.land(table, at)
+    version = speed.current()
+    speed.folder.fold(version, "w", landed.seq, pq.read_table(landed.path), prev=hole)
+    status = speed.status()
+    assert (status.lag_files, status.holes) == (1, 1)
+    assert [f.seq for f in speed.folder.pending(version)] == [hole]
+    assert speed.repair() == 1
+    assert speed.status().lag_files == 0
+    assert merged_view(redis_client, "none") == expected_keys(lake, registry)
+
+
+def test_files_landed_during_a_rebase_reach_the_new_version(world, redis_client):
+    """One file lands between the rebase's catch-up and its flip (folded into V only),
+    another right after the flip (folded into V+1): V+1 holds both."""
+    lake, registry, speed = world
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(lake.parent)})
+    todo = batches(random_stream(35, start=START, days=2, duplicate_share=0.0))
+    first_day = [b for b in todo if b[0] < day("2026-11-29T00:00:00")]
+    later = [b for b in todo if b[0] > day("2026-11-29T01:00:00")]
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for at, table in first_day:
+            ingestor.ingest(table, now=at, source="t")
+        manifest = run_batch(settings, START.date()).manifest
+
+        def land_one(_name: str) -> None:
+            at, table = later.pop(0)
+            assert ingestor.ingest(table, now=at, source="t").fold_error is None
+
+        with (faults.injected("rebase.after_catch_up", land_one),
+              faults.injected("rebase.after_flip", land_one)):
+            speed.rebase(manifest)
+        for at, table in later[:2]:
+            ingestor.ingest(table, now=at, source="t")
+    assert speed.folder.pending(speed.current()) == []
+    _assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_an_unban_racing_a_live_fold_keeps_the_players_rows(world, redis_client):
+    """The unban runs while a file is being folded with the banned set read before it:
+    the player's rows of that file count in every board-window."""
+    lake, registry, speed = world
+    todo = batches(random_stream(36, start=START, days=1, duplicate_share=0.0))
+    at, table = todo[3]
+    player = table.column("player_id")[0].as_py()
+    speed.ban(player, START)
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for number, (at, table) in enumerate(todo):
+            if number == 3:
+                unban = faults.on_hit(2, lambda _n: speed.unban(player, START + timedelta(1)))
+                with faults.injected("fold.after_script", unban):
+                    ingestor.ingest(table, now=at, source="t")
+            else:
+                ingestor.ingest(table, now=at, source="t")
+    assert merged_view(redis_client, "none") == expected_keys(lake, registry)
