@@ -7,10 +7,16 @@ serves the old one's answer. One refresh runs per key at a time (single flight):
 asking for a key being refreshed wait for that result instead of computing it again. When
 Redis fails, the last answer is served for up to `max_stale` seconds; past that the cache
 raises `CacheUnavailable` rather than serve a board that may be long out of date.
+
+Answers are kept (for that stale fallback) until pushed out, least recently used first, by
+`max_entries` or `max_bytes`: a client walking thousands of (window, n, cursor) keys fills
+the cache with up to 1000-entry pages, so the bound is in bytes too. An answer weighs its
+length when it is bytes (the HTTP app's encoded JSON), else its shallow `sys.getsizeof`.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -27,6 +33,8 @@ __all__ = ["DEFAULT_MAX_STALE", "DEFAULT_TTL", "CacheStats", "CacheUnavailable",
 DEFAULT_TTL = 2.0
 DEFAULT_MAX_STALE = 60.0
 _MAX_ENTRIES = 4096
+#: 64 MiB: about a thousand full 1000-entry pages, or all 4096 keys of 16 KB pages.
+_MAX_BYTES = 64 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -42,13 +50,15 @@ class CacheUnavailable(RuntimeError):
 class CacheStats:
     """Counts since start: `hits` fresh answers, `misses` computations, `coalesced` waits on
     another thread's refresh, `stale` answers served while Redis failed, `failures`
-    refreshes that failed."""
+    refreshes that failed; now, `entries` kept and their `bytes`."""
 
     hits: int
     misses: int
     coalesced: int
     stale: int
     failures: int
+    entries: int = 0
+    bytes: int = 0
 
     @property
     def hit_ratio(self) -> float:
@@ -61,6 +71,13 @@ class CacheStats:
 class _Entry:
     value: Any
     computed_at: float
+    size: int = 0
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    return sys.getsizeof(value)
 
 
 class _Flight(Generic[T]):
@@ -78,7 +95,7 @@ class TopCache:
     def __init__(self, ttl: float = DEFAULT_TTL, max_stale: float = DEFAULT_MAX_STALE, *,
                  clock: Callable[[], float] = time.monotonic,
                  unavailable: tuple[type[BaseException], ...] = UNAVAILABLE,
-                 max_entries: int = _MAX_ENTRIES) -> None:
+                 max_entries: int = _MAX_ENTRIES, max_bytes: int = _MAX_BYTES) -> None:
         if ttl <= 0:
             raise ValueError(f"ttl {ttl!r} must be > 0 seconds")
         if max_stale < ttl:
@@ -88,6 +105,8 @@ class TopCache:
         self.clock = clock
         self.unavailable = unavailable
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self._lock = threading.Lock()
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._flights: dict[Hashable, _Flight[Any]] = {}
@@ -138,10 +157,14 @@ class TopCache:
             flight.done.set()
             return cast(T, self._fallback(key, exc))
         with self._lock:
-            self._entries[key] = _Entry(value, self.clock())
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.size
+            entry = self._entries[key] = _Entry(value, self.clock(), _size(value))
+            self._bytes += entry.size
+            while self._entries and (len(self._entries) > self.max_entries
+                                     or self._bytes > self.max_bytes):
+                self._bytes -= self._entries.popitem(last=False)[1].size
             self._down_since = None
             del self._flights[key]
         flight.value = value
@@ -171,11 +194,12 @@ class TopCache:
         """Forget every answer (after a ban or unban, which must show in the next read)."""
         with self._lock:
             self._entries.clear()
+            self._bytes = 0
 
     def stats(self) -> CacheStats:
         with self._lock:
             return CacheStats(self._hits, self._misses, self._coalesced, self._stale,
-                              self._failures)
+                              self._failures, len(self._entries), self._bytes)
 
     # -- top-N ------------------------------------------------------------------------------
 

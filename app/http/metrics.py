@@ -67,6 +67,12 @@ class _LiveCollector:
                                   "Share of top-N answers that needed no computation")
         ratio.add_metric([], stats.hit_ratio)
         families.append(ratio)
+        for name, value, text in (
+                ("entries", stats.entries, "Top-N answers kept (fresh or for stale serving)"),
+                ("bytes", stats.bytes, "Bytes of the top-N answers kept")):
+            gauge = GaugeMetricFamily(f"leaderboard_top_cache_{name}", text)
+            gauge.add_metric([], value)
+            families.append(gauge)
         bases = self.service.boards.bases.stats()
         for name, value, text in (
                 ("bytes", bases.bytes, "Bytes of base arrays kept (LRU, bounded by "

@@ -568,6 +568,7 @@ def test_metrics(world):
     assert "leaderboard_top_cache_hits_total 1.0" in text
     assert "leaderboard_top_cache_misses_total 1.0" in text
     assert "leaderboard_top_cache_hit_ratio 0.5" in text
+    assert "leaderboard_top_cache_entries 1.0" in text
     base = {name: float(value) for name, value in (
         line.split() for line in text.splitlines() if line.startswith("leaderboard_base_cache"))}
     assert base["leaderboard_base_cache_entries"] == 1  # global all-time, loaded once

@@ -83,6 +83,21 @@ def test_fresh_within_ttl_then_recomputed():
     assert stats.hit_ratio == pytest.approx(1 / 4)
 
 
+def test_answers_are_bounded_by_bytes_least_recently_used_first():
+    """A client walking many keys of large pages: the kept answers stay under max_bytes."""
+    cache = TopCache(ttl=2.0, max_stale=60.0, clock=Clock(), max_bytes=10_000)
+    for i in range(1000):
+        cache.get(("page", i), lambda: b"x" * 3_000)
+        assert cache.stats().bytes <= 10_000
+    cache.get(("page", 998), lambda: b"recomputed")  # fresh: a hit, moved to the end
+    cache.get(("page", 1000), lambda: b"y" * 3_000)
+    assert cache.get(("page", 998), lambda: b"again") == b"x" * 3_000
+    stats = cache.stats()
+    assert (stats.entries, stats.bytes) == (3, 9_000)
+    cache.clear()
+    assert (cache.stats().entries, cache.stats().bytes) == (0, 0)
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="ttl"):
         TopCache(ttl=0)
