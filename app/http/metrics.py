@@ -54,41 +54,34 @@ class _LiveCollector:
         if up is not None:
             up_family.add_metric([], up)
         families.append(up_family)
-        for name, value, text in (
-                ("hits", stats.hits, "Top-N answers served fresh from the cache"),
-                ("misses", stats.misses, "Top-N answers computed (cache misses)"),
-                ("coalesced", stats.coalesced, "Top-N requests that waited on another "
-                                               "request's refresh of the same key"),
-                ("stale", stats.stale, "Stale top-N answers served while Redis failed")):
-            family = CounterMetricFamily(f"leaderboard_top_cache_{name}", text)
-            family.add_metric([], value)
-            families.append(family)
-        ratio = GaugeMetricFamily("leaderboard_top_cache_hit_ratio",
-                                  "Share of top-N answers that needed no computation")
-        ratio.add_metric([], stats.hit_ratio)
-        families.append(ratio)
-        for name, value, text in (
-                ("entries", stats.entries, "Top-N answers kept (fresh or for stale serving)"),
-                ("bytes", stats.bytes, "Bytes of the top-N answers kept")):
-            gauge = GaugeMetricFamily(f"leaderboard_top_cache_{name}", text)
-            gauge.add_metric([], value)
-            families.append(gauge)
         bases = self.service.boards.bases.stats()
-        for name, value, text in (
-                ("bytes", bases.bytes, "Bytes of base arrays kept (LRU, bounded by "
-                                       "LEADERBOARD_BASE_CACHE_BYTES)"),
-                ("max_bytes", bases.max_bytes, "The bound on leaderboard_base_cache_bytes "
-                                               "(LEADERBOARD_BASE_CACHE_BYTES)"),
-                ("entries", bases.entries, "Board-windows whose base arrays are kept")):
-            gauge = GaugeMetricFamily(f"leaderboard_base_cache_{name}", text)
-            gauge.add_metric([], value)
-            families.append(gauge)
-        for name, value, text in (
-                ("evictions", bases.evictions, "Base board-windows dropped to stay under "
-                                               "the bound (least recently used first)"),
-                ("oversized", bases.oversized, "Base board-windows larger than the whole "
-                                               "bound: served, not kept")):
-            family = CounterMetricFamily(f"leaderboard_base_cache_{name}", text)
+        counter, gauge = CounterMetricFamily, GaugeMetricFamily
+        for kind, name, value, text in (
+                (counter, "top_cache_hits", stats.hits,
+                 "Top-N answers served fresh from the cache"),
+                (counter, "top_cache_misses", stats.misses,
+                 "Top-N answers computed (cache misses)"),
+                (counter, "top_cache_coalesced", stats.coalesced,
+                 "Top-N requests that waited on another request's refresh of the same key"),
+                (counter, "top_cache_stale", stats.stale,
+                 "Stale top-N answers served while Redis failed"),
+                (gauge, "top_cache_hit_ratio", stats.hit_ratio,
+                 "Share of top-N answers that needed no computation"),
+                (gauge, "top_cache_entries", stats.entries,
+                 "Top-N answers kept (fresh or for stale serving)"),
+                (gauge, "top_cache_bytes", stats.bytes, "Bytes of the top-N answers kept"),
+                (gauge, "base_cache_bytes", bases.bytes,
+                 "Bytes of base arrays kept (LRU, bounded by LEADERBOARD_BASE_CACHE_BYTES)"),
+                (gauge, "base_cache_max_bytes", bases.max_bytes,
+                 "The bound on leaderboard_base_cache_bytes (LEADERBOARD_BASE_CACHE_BYTES)"),
+                (gauge, "base_cache_entries", bases.entries,
+                 "Board-windows whose base arrays are kept"),
+                (counter, "base_cache_evictions", bases.evictions,
+                 "Base board-windows dropped to stay under the bound (least recently used "
+                 "first)"),
+                (counter, "base_cache_oversized", bases.oversized,
+                 "Base board-windows larger than the whole bound: served, not kept")):
+            family = kind(f"leaderboard_{name}", text)
             family.add_metric([], value)
             families.append(family)
         return families
