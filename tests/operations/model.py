@@ -1,0 +1,215 @@
+"""The checker's model for the operations tests: what every merged query must answer, computed
+from the history of accepted events and bans alone.
+
+Written from DESIGN.md sections 3 to 6, independently of the product: it imports nothing from
+leaderboard/, jobs/, speed_layer/ or serving/ (no calendar, sort-key codec, fold or validation
+code), and counts in plain Python over the events the test saw accepted. Windows are the
+`daily` and `all-time` kinds only; a board is (scope, aggregation, tie policy, grace, windows).
+
+Exceptions DESIGN.md allows, stated here and nowhere else:
+
+- *A duplicate older than the horizon* lands (the door forgot it) and may be counted twice by
+  the speed layer until the batch absorbs it. The operations test re-delivers late only rows
+  whose second count changes no answer (0 points: sum +0; max/min/last: the same event again),
+  so every answer is still checked exactly.
+- *Unbanned across the watermark* (docs/architecture.md, "known limits"): a player the live
+  base excludes (banned before W) who is unbanned after W is served with the events since W
+  at once and the whole history from the next batch on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+__all__ = ["Answer", "BoardSpec", "Event", "Model"]
+
+ALL_TIME = "all-time"
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    name: str
+    scope: str  # "global", "region:<r>" or "mode:<m>"
+    aggregation: str  # sum | max | last (desc order)
+    ties: str  # shared | earliest
+    grace: timedelta
+    windows: tuple[str, ...]
+
+    def applies(self, event: Event) -> bool:
+        if self.scope == "global":
+            return True
+        kind, _, value = self.scope.partition(":")
+        return (event.region if kind == "region" else event.mode) == value
+
+
+@dataclass(frozen=True)
+class Event:
+    match_id: str
+    player_id: str
+    points: int
+    event_time: datetime
+    region: str
+    mode: str
+    ingested_at: datetime
+    backfill: bool = False
+    #: landing order across the test (ties on ingested_at: the earlier landing wins)
+    order: int = 0
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return (self.match_id, self.player_id)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One player's line on one board-window."""
+
+    player_id: str
+    score: int
+    rank: int
+    #: share of the board strictly behind the player (DESIGN.md section 6)
+    percentile: float
+    #: share at or behind the player (100 * (total - rank + 1) / total), what the build
+    #: answered before issue 11 item 5
+    percentile_at_or_behind: float
+
+
+def _window_id(kind: str, event_time: datetime) -> str:
+    return ALL_TIME if kind == ALL_TIME else f"daily:{event_time.date().isoformat()}"
+
+
+def _window_end(window_id: str) -> datetime | None:
+    if window_id == ALL_TIME:
+        return None
+    day = date.fromisoformat(window_id.removeprefix("daily:"))
+    return datetime.combine(day + timedelta(days=1), datetime.min.time(), UTC)
+
+
+@dataclass
+class Model:
+    boards: tuple[BoardSpec, ...]
+    #: every landed row, in landing order (late duplicates included)
+    landed: list[Event] = field(default_factory=list)
+    #: (player, action, at, order) tombstones
+    tombstones: list[tuple[str, str, datetime, int]] = field(default_factory=list)
+    #: the live version's watermark (None: no batch published)
+    watermark: datetime | None = None
+
+    # -- history ---------------------------------------------------------------------------
+
+    def land(self, event: Event) -> None:
+        self.landed.append(event)
+
+    def tombstone(self, player: str, action: str, at: datetime) -> None:
+        self.tombstones.append((player, action, at, len(self.tombstones)))
+
+    def banned(self, before: datetime | None = None) -> set[str]:
+        """The latest tombstone (at < before) decides; an unban wins a tie on `at`."""
+        latest: dict[str, tuple[datetime, int, str]] = {}
+        for player, action, at, _order in self.tombstones:
+            if before is not None and at >= before:
+                continue
+            rank = (at, 1 if action == "unban" else 0, action)
+            if player not in latest or rank >= latest[player]:
+                latest[player] = rank
+        return {p for p, (_at, _u, action) in latest.items() if action == "ban"}
+
+    def first_accepted(self) -> dict[tuple[str, str], Event]:
+        """The first landed copy of each identity (earliest ingested_at, then landing)."""
+        found: dict[tuple[str, str], Event] = {}
+        for event in sorted(self.landed, key=lambda e: (e.ingested_at, e.order)):
+            found.setdefault(event.identity, event)
+        return found
+
+    def accepted_at(self, identity: tuple[str, str]) -> datetime | None:
+        first = self.first_accepted().get(identity)
+        return None if first is None else first.ingested_at
+
+    # -- counting --------------------------------------------------------------------------
+
+    @staticmethod
+    def _counts(board: BoardSpec, window_id: str, event: Event) -> bool:
+        end = _window_end(window_id)
+        return event.backfill or end is None or event.ingested_at <= end + board.grace
+
+    def _cells(self, events: list[Event]) -> dict[tuple[str, str], dict[str, list[Event]]]:
+        cells: dict[tuple[str, str], dict[str, list[Event]]] = {}
+        for event in events:
+            for board in self.boards:
+                if not board.applies(event):
+                    continue
+                for kind in board.windows:
+                    window_id = _window_id(kind, event.event_time)
+                    if self._counts(board, window_id, event):
+                        cells.setdefault((board.name, window_id), {}).setdefault(
+                            event.player_id, []).append(event)
+        return cells
+
+    def _standings(self, board: BoardSpec, players: dict[str, list[Event]],
+                   banned: set[str]) -> list[Answer]:
+        scored = []
+        for player, events in players.items():
+            if player in banned:
+                continue
+            if board.aggregation == "sum":
+                score, reached = sum(e.points for e in events), max(e.event_time for e in events)
+            elif board.aggregation == "max":
+                best = max(e.points for e in events)
+                score = best
+                reached = min(e.event_time for e in events if e.points == best)
+            else:  # last: the latest event (ties on event_time: the larger match_id)
+                latest = max(events, key=lambda e: (e.event_time, e.match_id))
+                score, reached = latest.points, latest.event_time
+            # earliest ties: who reached the score first (to the second) ranks higher
+            tiebreak = int(reached.timestamp()) if board.ties == "earliest" else 0
+            scored.append((score, tiebreak, player))
+        scored.sort(key=lambda s: (-s[0], s[1], s[2]))
+        total = len(scored)
+        answers: list[Answer] = []
+        for position, (score, tiebreak, player) in enumerate(scored, start=1):
+            if board.ties == "earliest":
+                rank = position
+                behind = sum(1 for s in scored if (s[0], -s[1]) < (score, -tiebreak))
+            else:
+                rank = 1 + sum(1 for s in scored if s[0] > score)
+                behind = sum(1 for s in scored if s[0] < score)
+            answers.append(Answer(player, score, rank, 100.0 * behind / total,
+                                  100.0 * (total - rank + 1) / total))
+        return answers
+
+    def base(self) -> dict[tuple[str, str], list[Answer]]:
+        """The live batch version: events ingested before W, first ingested wins, bans
+        before W applied."""
+        if self.watermark is None:
+            return {}
+        watermark = self.watermark
+        absorbed = [e for e in self.first_accepted().values() if e.ingested_at < watermark]
+        banned = self.banned(before=watermark)
+        return {key: self._standings(self.board(key[0]), players, banned)
+                for key, players in self._cells(absorbed).items()}
+
+    def merged(self) -> dict[tuple[str, str], list[Answer]]:
+        """What every merged query must answer now: batch(all) with today's bans, but for the
+        players unbanned across the watermark (see the module doc)."""
+        firsts = list(self.first_accepted().values())
+        banned_now = self.banned()
+        back = set()
+        if self.watermark is not None:
+            back = self.banned(before=self.watermark) - banned_now
+        events = [e for e in firsts if e.player_id not in back]
+        if back:
+            assert self.watermark is not None
+            since: dict[tuple[str, str], Event] = {}
+            for event in sorted(self.landed, key=lambda e: (e.ingested_at, e.order)):
+                if event.player_id in back and event.ingested_at >= self.watermark:
+                    since.setdefault(event.identity, event)
+            events += list(since.values())
+        return {key: self._standings(self.board(key[0]), players, banned_now)
+                for key, players in self._cells(events).items()}
+
+    def board(self, name: str) -> BoardSpec:
+        for board in self.boards:
+            if board.name == name:
+                return board
+        raise KeyError(name)
