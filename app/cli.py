@@ -461,6 +461,21 @@ def render_around(answer: dict[str, Any], player: str) -> Table | str:
                           [*answer["above"], answer["player"], *answer["below"]], mark=player)
 
 
+def render_percentiles(answer: dict[str, Any]) -> Table | str:
+    """A `percentiles` answer as a table: the score needed now for each top-x%."""
+    where = f"{answer['board']} {answer['window']}"
+    if not answer["top_percent"]:
+        return f"{where} has no players yet"
+    table = Table(title=f"{where}: score needed for the top x% of {answer['total']:,} players",
+                  title_justify="left")
+    table.add_column("top %", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("players", justify="right")
+    for row in answer["top_percent"]:
+        table.add_row(f"{row['top_percent']:g}", f"{row['score']:,}", f"{row['players']:,}")
+    return table
+
+
 def _emit(args: argparse.Namespace, answer: dict[str, Any],
           render: Callable[[dict[str, Any]], Any]) -> int:
     """A read's answer as JSON (--json) or rendered for people."""
@@ -505,6 +520,13 @@ def _cmd_around(args: argparse.Namespace) -> int:
     _player(args.player)
     answer = _query(args, lambda boards: boards.around(args.board, args.player, k, args.window))
     return _emit(args, answer, lambda found: render_around(found, args.player))
+
+
+@_read_command
+def _cmd_percentiles(args: argparse.Namespace) -> int:
+    tops = args.top or [1, 5, 10, 25, 50, 75, 90, 100]
+    answer = _query(args, lambda boards: boards.percentiles(args.board, args.window, tops))
+    return _emit(args, answer, render_percentiles)
 
 
 # -- serve ------------------------------------------------------------------------------------
@@ -697,6 +719,13 @@ def _parser() -> argparse.ArgumentParser:
     around.add_argument("player")
     around.add_argument("-k", type=int, default=5, help="players above and below (1-50)")
     window_flag(around)
+    pct = add("percentiles", _cmd_percentiles,
+              "The score needed now to be in the top x% of a board (batch + speed).")
+    pct.add_argument("board")
+    pct.add_argument("--top", type=float, action="append", metavar="X",
+                     help="a top percent in (0, 100]; repeat for more (default 1 5 10 25 50 "
+                          "75 90 100)")
+    window_flag(pct)
 
     serve = add("serve", _cmd_serve, "Serve the HTTP API (OpenAPI docs at /docs).")
     serve.add_argument("--host", default="127.0.0.1")

@@ -222,8 +222,25 @@ def test_reads_print_tables_for_people(served, capsys):
     assert "erin" in out
 
 
+def test_percentiles_answer_from_the_merged_board(served, capsys):
+    """Scores 11 (dave, live), 10, 8, 6, 2: the top 20% is dave's 11, the top 50% needs 8."""
+    code, answer = run_json(capsys, "percentiles", "global", "--top", "20", "--top", "50",
+                            "--top", "0.1")
+    assert code == 0
+    assert answer["total"] == 5
+    assert [(r["top_percent"], r["score"], r["players"]) for r in answer["top_percent"]] == [
+        (20, 11, 1), (50, 8, 3), (0.1, 11, 1)]
+    assert main(["percentiles", "region:eu"]) == 0
+    out = capsys.readouterr().out
+    assert "region:eu all-time: score needed for the top x% of 2 players" in out
+    assert main(["percentiles", "global", "--window", "daily:2020-01-01"]) == 0
+    assert "has no players yet" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["top", "region:moon"], "unknown board 'region:moon'"),
+    (["percentiles", "global", "--top", "0"], "top percent 0.0 is outside (0, 100]"),
+    (["percentiles", "global", "--top", "101"], "outside (0, 100]"),
     (["top", "global", "--window", "hourly"], "hourly"),
     (["rank", "global", "alice", "--window", "daily:2026-13-01"], "2026-13-01"),
     (["top", "global", "-n", "0"], "-n 0 is out of range"),
