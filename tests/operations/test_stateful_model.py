@@ -62,11 +62,6 @@ pytestmark = pytest.mark.redis
 KNOWN_DEFECTS: set[str] = {
     # issue 10 item 1: a ban between W(V+1) and the rebase to V+1 is lost
     "ban-between-watermark-and-rebase",
-    # issue 10 item 2: a fold that fails part-way, then a later file of the same writer
-    # folds before any repair: the hole stays until the batch
-    "fold-hole",
-    # issue 10 item 2: a file landed between a rebase's catch-up and its flip
-    "rebase-gap",
     # issue 10 item 3: the same retry at two writers at once lands twice
     "door-race",
     # issue 10 item 4: a trusted backfill landed after a batch is invisible until the next
