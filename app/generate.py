@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from leaderboard.registry import Registry
 from leaderboard.schema import INPUT_FIELDS, TIMESTAMP
+from leaderboard.timeutil import duration_us, epoch_us, from_epoch_us
 
 __all__ = ["GenerateSpec", "Injected", "generate_events", "simulate", "total_rows"]
 
@@ -77,7 +78,6 @@ _MIN_POOL = 8  # players per region: a full 8-player match must find distinct pl
 
 _US = 1_000_000
 _DAY_US = 86_400 * _US
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _WRITER = re.compile(r"^[a-z0-9_]{1,32}$")
 _TABLE_BITS = 12  # categorical draws go through lookup tables of 2**12 entries
 _MISSING_NONE = -1
@@ -404,7 +404,7 @@ def _check(spec: GenerateSpec, registry: Registry) -> None:
 
 def _micros(day: date) -> int:
     midnight = datetime.combine(day, datetime.min.time(), UTC)
-    return (midnight - _EPOCH) // timedelta(microseconds=1)
+    return epoch_us(midnight)
 
 
 def _dirt(rng: np.random.Generator, pop: _Population, spec: GenerateSpec, registry: Registry,
@@ -463,7 +463,7 @@ def _dirt(rng: np.random.Generator, pop: _Population, spec: GenerateSpec, regist
                                                pop.points_low - step)
             elif name == "event_time_in_future":
                 landing = origin_us + (bad["slot"][rows] + 1) * slot_us
-                skew_us = int(registry.future_skew / timedelta(microseconds=1))
+                skew_us = duration_us(registry.future_skew)
                 bad["time"][rows] = landing + skew_us + 60 * _US + pick[rows] % (2 * _DAY_US)
             else:
                 bad["missing"][rows] = pick[rows] % len(INPUT_FIELDS)
@@ -577,7 +577,7 @@ def _batches(spec: GenerateSpec, registry: Registry,
         bounds = [0, *(np.flatnonzero(np.diff(slots)) + 1).tolist(), len(slots)]
         for begin, end in itertools.pairwise(bounds):
             slot = int(slots[begin])
-            landing = _EPOCH + timedelta(microseconds=origin_us + (slot + 1) * slot_us)
+            landing = from_epoch_us(origin_us + (slot + 1) * slot_us)
             yield landing, table.slice(begin, end - begin)
 
     for day in range(spec.days):

@@ -9,20 +9,19 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import duckdb
 import pyarrow as pa
 
 from jobs.spec import DEPTH_BUCKETS, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
+from leaderboard.timeutil import epoch_us
 
 __all__ = ["DuckDBEngine"]
 
 _LIMIT_SHARED = 2**53 - 1
 
 
-def _us(instant: datetime) -> int:
-    return (instant - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 def _sql_list(paths: Sequence[str]) -> str:
@@ -124,9 +123,9 @@ class DuckDBEngine:
             CREATE OR REPLACE TEMP TABLE calendar_wide AS
             SELECT event_date, {wide} FROM calendar_t GROUP BY event_date
         """)
-        window = f"ingested_at < make_timestamp({_us(watermark)})::TIMESTAMPTZ"
+        window = f"ingested_at < make_timestamp({epoch_us(watermark)})::TIMESTAMPTZ"
         if since is not None:
-            window += f" AND ingested_at >= make_timestamp({_us(since)})::TIMESTAMPTZ"
+            window += f" AND ingested_at >= make_timestamp({epoch_us(since)})::TIMESTAMPTZ"
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE new_events AS
             SELECT match_id, player_id, points, event_time, region, mode, ingested_at
@@ -139,7 +138,7 @@ class DuckDBEngine:
             con.execute(f"""
                 DELETE FROM new_events n WHERE EXISTS (
                     SELECT 1 FROM read_parquet($absorbed, hive_partitioning = false) a
-                    WHERE a.ingested_at < make_timestamp({_us(since)})::TIMESTAMPTZ
+                    WHERE a.ingested_at < make_timestamp({epoch_us(since)})::TIMESTAMPTZ
                       AND a.match_id = n.match_id AND a.player_id = n.player_id)
             """, {"absorbed": list(absorbed)})
         counted = con.execute("SELECT count(*) FROM new_events").fetchall()[0][0]

@@ -33,7 +33,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator, MutableMapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from jobs.spec import DEPTH_BUCKETS, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
 from leaderboard.schema import TIMESTAMP
+from leaderboard.timeutil import epoch_us
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -102,8 +103,6 @@ _NUMBERED_DDL = ("board string, window_id string, player_id string, earliest boo
                  "local_rn bigint, local_tie bigint")
 
 
-def _us(instant: datetime) -> int:
-    return (instant - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -544,9 +543,9 @@ class SparkEngine:
         named = self._read_named(list(files), _EVENTS_DDL)
         events = (named.withColumn("ingested_us", F.unix_micros("ingested_at"))
                   .withColumn("t", F.unix_micros("event_time")))
-        keep = F.col("ingested_us") < F.lit(_us(watermark))
+        keep = F.col("ingested_us") < F.lit(epoch_us(watermark))
         if since is not None:
-            keep = keep & (F.col("ingested_us") >= F.lit(_us(since)))
+            keep = keep & (F.col("ingested_us") >= F.lit(epoch_us(since)))
         first = (events.where(keep)
                  .groupBy("match_id", "player_id")
                  .agg(F.min(F.struct("ingested_us", "file_order", "t", "points", "region",
@@ -554,7 +553,7 @@ class SparkEngine:
                  .select("match_id", "player_id", "e.*"))
         if absorbed and since is not None:
             seen = (self.spark.read.schema(_EVENTS_DDL).parquet(*map(_for_spark, absorbed))
-                    .where(F.unix_micros("ingested_at") < F.lit(_us(since)))
+                    .where(F.unix_micros("ingested_at") < F.lit(epoch_us(since)))
                     .select("match_id", "player_id"))
             first = first.join(seen, ["match_id", "player_id"], "left_anti")
         kinds = sorted({b.kind for b in bits})

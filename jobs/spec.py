@@ -8,7 +8,7 @@ so the engines never re-implement calendar arithmetic and cannot disagree with t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,7 @@ import pyarrow as pa
 from leaderboard.calendar import ALL_TIME, WINDOW_KINDS
 from leaderboard.registry import Registry
 from leaderboard.schema import TIMESTAMP
+from leaderboard.timeutil import duration_us
 
 __all__ = [
     "DEPTH_BUCKETS",
@@ -74,7 +75,7 @@ class LatenessBit:
 
 def lateness_bits(registry: Registry) -> list[LatenessBit]:
     """One bit per distinct (window kind, grace) of the registry; all-time needs none."""
-    pairs = sorted({(kind, int(board.grace / timedelta(microseconds=1)))
+    pairs = sorted({(kind, duration_us(board.grace))
                     for board in registry.boards for kind in board.windows if kind != ALL_TIME},
                    key=lambda p: (WINDOW_KINDS.index(p[0]), p[1]))
     if len(pairs) > 62:
@@ -160,7 +161,7 @@ def board_window_spec(registry: Registry) -> pa.Table:
         "board", "scope_key", "kind", "bit", "aggregation", "sign", "earliest", "time_bits")}
     for board in registry.boards:
         scope_key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
-        grace_us = int(board.grace / timedelta(microseconds=1))
+        grace_us = duration_us(board.grace)
         for kind in board.windows:
             rows["board"].append(board.name)
             rows["scope_key"].append(scope_key)
@@ -182,8 +183,3 @@ def board_window_spec(registry: Registry) -> pa.Table:
     })
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _us(instant: datetime) -> int:
-    return (instant - _EPOCH) // timedelta(microseconds=1)

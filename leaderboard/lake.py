@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from leaderboard.schema import LANDED_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, conform
-from leaderboard.timeutil import to_utc
+from leaderboard.timeutil import epoch_us, to_utc
 
 __all__ = [
     "BACKFILL_FILE_ROWS",
@@ -57,7 +57,6 @@ SEQ_BLOCK = 64
 #: dictionary-encoded in Parquet. The ids are (nearly) all distinct and event_time spreads,
 #: so a dictionary there is wasted work and bytes.
 _LANDED_DICTIONARY = ["points", "region", "mode", "server_id", "ingested_at"]
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BACKFILL_FILE_ROWS = 1_000_000
 _WRITER = re.compile(r"^[a-z0-9_]{1,32}$")
 _PART = re.compile(r"^part-([a-z0-9_]{1,32})-(\d{12})\.parquet$")
@@ -310,7 +309,7 @@ class LandingWriter:
             return []
         if isinstance(ingested_at, datetime):
             stamp = to_utc(ingested_at)
-            micros = (stamp - _EPOCH) // timedelta(microseconds=1)
+            micros = epoch_us(stamp)
             stamps = pa.array(np.full(table.num_rows, micros, dtype=np.int64)).view(TIMESTAMP)
             stamped = conform(table.append_column("ingested_at", stamps).select(schema.names),
                                schema)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-__all__ = ["format_instant", "parse_date", "parse_duration", "parse_instant", "to_utc"]
+__all__ = ["EPOCH", "duration_us", "epoch_us", "format_instant", "from_epoch_us", "parse_date",
+           "parse_duration", "parse_instant", "to_utc"]
+
+#: 1970-01-01 00:00 UTC: Parquet, Arrow, DuckDB and Spark count instants from it.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -57,3 +62,19 @@ def format_instant(value: datetime) -> str:
     value = to_utc(value)
     text = value.isoformat(timespec="microseconds" if value.microsecond else "seconds")
     return text.replace("+00:00", "Z")
+
+
+def epoch_us(instant: datetime) -> int:
+    """Microseconds since the epoch, the integer every engine stores an instant as (naive
+    means UTC). Exact: no float seconds on the way."""
+    return (to_utc(instant) - EPOCH) // _MICROSECOND
+
+
+def from_epoch_us(micros: int) -> datetime:
+    """The UTC instant `micros` microseconds after the epoch (OverflowError past year 9999)."""
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def duration_us(duration: timedelta) -> int:
+    """A duration in whole microseconds (a grace, a skew), exact."""
+    return duration // _MICROSECOND

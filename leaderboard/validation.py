@@ -28,7 +28,7 @@ from leaderboard.schema import (
     conform,
 )
 from leaderboard.sortkey import max_abs_score
-from leaderboard.timeutil import to_utc
+from leaderboard.timeutil import duration_us, epoch_us, from_epoch_us, to_utc
 
 __all__ = ["ID_PATTERN", "ID_RULE", "MATCH_ID_PATTERN", "REASONS", "UNPRINTABLE_RANGES",
            "Validated", "id_problem", "validate_events"]
@@ -96,7 +96,6 @@ REASONS: dict[str, str] = {
 _REJECTED_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("ingested_at"))
 
 _EPOCH = date(1970, 1, 1)
-_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_DAY = 86_400_000_000
 
 
@@ -342,15 +341,10 @@ def _as_event_time(column: pa.ChunkedArray, checks: _Checks) -> pa.ChunkedArray:
     return pa.chunked_array([pa.nulls(len(column), TIMESTAMP)])
 
 
-def _micros(value: datetime) -> int:
-    value = to_utc(value)
-    return int((value - _EPOCH_UTC) // timedelta(microseconds=1))
-
-
 def _iso(micros: int) -> str:
     """An instant (us since the epoch) in ISO 8601, even one outside datetime's range."""
     try:
-        return (_EPOCH_UTC + timedelta(microseconds=micros)).isoformat()
+        return from_epoch_us(micros).isoformat()
     except OverflowError:
         return f"{micros} us from 1970-01-01 (outside years 1-9999)"
 
@@ -386,7 +380,7 @@ def _day_deadlines(registry: Registry, day_number: int
         if day is None:
             out_of_range[b] = True
             continue
-        grace = board.grace // timedelta(microseconds=1)
+        grace = duration_us(board.grace)
         for kind in board.windows:
             try:
                 window = calendar.window_on(kind, day)
@@ -398,7 +392,7 @@ def _day_deadlines(registry: Registry, day_number: int
             if window.end is None:
                 latest[b] = np.inf
                 continue
-            latest[b] = max(latest[b], float(_micros(window.end) + grace))
+            latest[b] = max(latest[b], float(epoch_us(window.end) + grace))
     return latest, out_of_range
 
 
@@ -420,7 +414,7 @@ class _Plan:
         self.combos = (len(regions) + 1) * (len(modes) + 1)
         combo = np.arange(self.combos)
         region_code, mode_code = combo // (len(modes) + 1), combo % (len(modes) + 1)
-        self.origin = _micros(datetime.combine(registry.calendar.all_time_start,
+        self.origin = epoch_us(datetime.combine(registry.calendar.all_time_start,
                                                datetime.min.time(), UTC))
         self.applies = np.zeros((len(registry.boards), self.combos), dtype=bool)
         self.fits: list[int | None] = []
@@ -612,7 +606,7 @@ def validate_events(
     checks.fail(micros < plan.origin, "before_calendar_start",
                 lambda i: f"event_time {_iso(int(micros[i]))} is before the calendar "
                           f"start {registry.calendar.all_time_start}")
-    limit = _micros(now) + int(registry.future_skew / timedelta(microseconds=1))
+    limit = epoch_us(now) + duration_us(registry.future_skew)
     checks.fail(micros > limit, "event_time_in_future",
                 lambda i: f"event_time {_iso(int(micros[i]))} is more than "
                           f"{registry.future_skew} ahead of the landing clock {now.isoformat()}")
@@ -624,7 +618,7 @@ def validate_events(
             raise ValueError(f"ingested_at={ingested_at!r}: only 'event_time' is a valid name")
         landed = micros
     elif isinstance(ingested_at, datetime):
-        landed = np.full(n, _micros(ingested_at), dtype=np.int64)
+        landed = np.full(n, epoch_us(ingested_at), dtype=np.int64)
     else:
         landed = _to_micros(_to_timestamp(ingested_at))
 

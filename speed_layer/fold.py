@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,11 @@ from leaderboard.speed_keys import (
     progress_key,
     windows_key,
 )
+from leaderboard.timeutil import duration_us, epoch_us
 
 __all__ = ["FOLD_SCRIPT", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
            "ScriptPipeline", "Update", "plan_updates", "predecessors", "value_fields"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_DAY = 86_400_000_000
 
 #: KEYS: M, T, C, L, B. ARGV: writer, seq, mode, aggregation, sign, earliest (0|1),
@@ -301,8 +301,6 @@ def _sha(source: str) -> str:
     return hashlib.sha1(source.encode()).hexdigest()
 
 
-def _us(instant: datetime) -> int:
-    return (instant - _EPOCH) // timedelta(microseconds=1)
 
 
 def _deadline(window: Window | None, grace_us: int) -> int:
@@ -311,7 +309,7 @@ def _deadline(window: Window | None, grace_us: int) -> int:
         return -1
     if window.end is None:
         return int(np.iinfo(np.int64).max)
-    return _us(window.end) + grace_us
+    return epoch_us(window.end) + grace_us
 
 
 def _decoded(raw: bytes | str) -> str:
@@ -359,7 +357,7 @@ def plan_updates(table: pa.Table, registry: Registry,
                 zero_copy_only=False), dtype=bool)
         if not applies.any():
             continue
-        grace_us = board.grace // timedelta(microseconds=1)
+        grace_us = duration_us(board.grace)
         for kind in board.windows:
             if kind not in kinds:
                 kinds[kind] = _KindWindows(calendar, kind, dates, day_index, event_us)
@@ -403,7 +401,7 @@ class _KindWindows:
     def t(self) -> np.ndarray:
         """Per row: seconds since its window's start (the `earliest` tie-break)."""
         if self._t is None:
-            starts = np.array([_us(w.start) if w else 0 for w in self.windows],
+            starts = np.array([epoch_us(w.start) if w else 0 for w in self.windows],
                               dtype=np.int64)
             self._t = (self._event_us - starts[self._day_index]) // 1_000_000
         return self._t
