@@ -38,6 +38,7 @@ __all__ = [
     "midnight",
     "operations_events",
     "orders",
+    "percentile_boards",
     "player_ids",
     "player_pools",
     "registries",
@@ -464,3 +465,16 @@ def operations_events(players: tuple[str, ...], *, max_age_minutes: int = 30 * 6
                             min_size=1, max_size=3, unique_by=lambda p: p[0]),
     })
     return st.lists(match, min_size=1, max_size=max_matches)
+
+
+@st.composite
+def percentile_boards(draw: st.DrawFn, max_players: int = 40) -> dict[str, Any]:
+    """A board-window as plain scores for the top-x% oracle: `base` {player: score} (the
+    batch's standings) and `speed` {player: score, or None for a player removed, e.g.
+    banned}; narrow score ranges draw many ties."""
+    players = [f"p{i:03d}" for i in range(draw(st.integers(0, max_players)))]
+    score = st.integers(-5, 5) if draw(st.booleans()) else st.integers(-1000, 1000)
+    base = {p: draw(score) for p in players if draw(st.booleans())}
+    speed = {p: draw(st.none() | score) for p in players if draw(st.booleans())}
+    return {"order": draw(orders()), "ties": draw(tie_policies()), "base": base,
+            "speed": speed}

@@ -22,7 +22,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import EXOTIC, land, write_registry
-from strategies import orders, tie_policies
+from strategies import percentile_boards
 
 from jobs.batch import run_batch
 from leaderboard.manifest import read_current
@@ -94,18 +94,8 @@ class World:
         assert got == want, list(zip(percents, got, want, strict=True))
 
 
-@st.composite
-def boards(draw: st.DrawFn, max_players: int = 40) -> dict:
-    players = [f"p{i:03d}" for i in range(draw(st.integers(0, max_players)))]
-    score = st.integers(-5, 5) if draw(st.booleans()) else st.integers(-1000, 1000)
-    base = {p: draw(score) for p in players if draw(st.booleans())}
-    speed = {p: draw(st.none() | score) for p in players if draw(st.booleans())}
-    return {"order": draw(orders()), "ties": draw(tie_policies()), "base": base,
-            "speed": speed}
-
-
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(drawn=boards(), percents=st.lists(
+@given(drawn=percentile_boards(), percents=st.lists(
     st.decimals(min_value=Decimal("0.01"), max_value=100, places=2), max_size=6))
 def test_top_score_equals_the_oracle_on_small_boards(redis_client, drawn, percents):
     world = World(redis_client, drawn["order"], drawn["ties"], drawn["base"], drawn["speed"])
