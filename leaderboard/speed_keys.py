@@ -15,14 +15,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import redis
+from redis.retry import Retry
 
 from leaderboard.settings import Settings
 
 __all__ = [
     "BANNED",
     "BANS_GENERATION",
+    "COMMAND_TIMEOUT",
+    "CONNECT_TIMEOUT",
     "CURRENT",
     "BoardWindowKeys",
     "SpeedVersion",
@@ -120,15 +124,29 @@ def windows_key(tag: str) -> str:
     return f"lb:{tag}:windows"
 
 
-def connect(settings: Settings) -> redis.Redis:
-    """A client for REDIS_URL, or for the local server kept under the data dir (started on
-    first use). RESP2 pinned: the layer depends on reply shapes."""
-    url = settings.redis_url
-    if url is None:
-        from leaderboard.redis_server import ensure_local_server
+#: Seconds a command may take before the client gives up (the longest are the rebase's and
+#: rebuild's pipelined scripts), and seconds to open a connection.
+COMMAND_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 5.0
 
-        url = ensure_local_server(settings.data_dir)
-    return redis.Redis.from_url(url, protocol=2, decode_responses=False)
+
+def connect(settings: Settings, *, timeout: float = COMMAND_TIMEOUT,
+            connect_timeout: float = CONNECT_TIMEOUT, retry: Retry | None = None) -> redis.Redis:
+    """The one way every layer builds its Redis client: REDIS_URL, or the local server kept
+    under the data dir (started on first use, followed to another port if it is restarted
+    there). RESP2 pinned (the layers depend on reply shapes), bytes replies, and timeouts
+    always, so a Redis that stops answering fails the caller instead of hanging it. `retry`:
+    redis-py's default unless given (the HTTP app retries once, without backoff)."""
+    options: dict[str, Any] = {"protocol": 2, "decode_responses": False,
+                               "socket_timeout": timeout,
+                               "socket_connect_timeout": connect_timeout}
+    if retry is not None:
+        options["retry"] = retry
+    if settings.redis_url is None:
+        from leaderboard.redis_server import local_server_client
+
+        return local_server_client(settings.data_dir, **options)
+    return redis.Redis.from_url(settings.redis_url, **options)
 
 
 def read_current_version(client: redis.Redis) -> SpeedVersion | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import pyarrow as pa
 import redis
@@ -24,6 +24,7 @@ from app.http.metrics import Metrics
 from leaderboard.lake import LandingWriter
 from leaderboard.registry import Board, RegistryError
 from leaderboard.settings import Settings
+from leaderboard.speed_keys import connect
 from serving.cache import TopCache
 from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor, IngestReport, open_writer
@@ -36,16 +37,9 @@ POINTER_TTL = 1.0
 
 
 def _redis_client(settings: Settings) -> redis.Redis:
-    """REDIS_URL, or the data dir's local server (the CLI's logic), with short timeouts and
-    one retry: a request must fail fast (503, or a stale top-N) when Redis is gone."""
-    options: dict[str, Any] = {"protocol": 2, "socket_timeout": 2.0,
-                               "socket_connect_timeout": 2.0, "retry": Retry(NoBackoff(), 1)}
-    if settings.redis_url is None:
-        # Follows the local server to another port if it is restarted there.
-        from leaderboard.redis_server import local_server_client
-
-        return local_server_client(settings.data_dir, **options)
-    return redis.Redis.from_url(settings.redis_url, **options)
+    """The layers' client with short timeouts and one retry: a request must fail fast (503,
+    or a stale top-N) when Redis is gone."""
+    return connect(settings, timeout=2.0, connect_timeout=2.0, retry=Retry(NoBackoff(), 1))
 
 
 class Service:
