@@ -30,6 +30,7 @@ from fastapi_offline import FastAPIOffline
 from app.console import router as console_router
 from app.http.auth import ApiKeys, ServerCredential
 from app.http.config import MAX_BATCH_ROWS, MAX_BODY_BYTES, HttpConfig
+from app.http.contract import bind_openapi
 from app.http.errors import install_error_handlers
 from app.http.metrics import TimedRequests
 from app.http.routers import ROUTERS
@@ -68,6 +69,7 @@ def create_app(settings: Settings, config: HttpConfig | None = None, *,
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(console_router)
+    app.openapi = bind_openapi(app, settings.registry)  # type: ignore[method-assign]
     return app
 
 

@@ -14,12 +14,38 @@ import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from leaderboard.manifest import ManifestError
 from serving.cache import CacheUnavailable
 from serving.service import QueryError
 
-__all__ = ["ApiError", "error_response", "install_error_handlers"]
+__all__ = ["ERROR_BODY", "ApiError", "documented", "error_response", "install_error_handlers"]
+
+#: Every answer other than 2xx (healthz's 503 included): its OpenAPI schema.
+ERROR_BODY: dict[str, Any] = {
+    "type": "object", "required": ["error", "message"],
+    "properties": {"error": {"type": "string", "description": "a stable code"},
+                   "message": {"type": "string", "description": "what is wrong and what to "
+                                                                 "do next"}},
+}
+
+_MEANINGS = {
+    400: "the request cannot be served as asked (a body that is not a JSON batch, a cursor "
+         "this API did not return, a window kind the history route does not take)",
+    401: "no credential", 403: "a wrong credential, or none is configured",
+    404: "no such board, window or route", 405: "the route does not take that method",
+    413: "the body or the batch is too large", 422: "a parameter or body breaks the schema",
+    503: "Redis or the batch view is unavailable (Retry-After where a retry helps)",
+}
+
+
+def documented(*statuses: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for error statuses, each with the error body's schema; `meanings`
+    (keyed `s404`, ...) word one route's reason where it is more specific."""
+    return {status: {"description": meanings.get(f"s{status}", _MEANINGS[status]),
+                     "content": {"application/json": {"schema": ERROR_BODY}}}
+            for status in statuses}
 
 
 class ApiError(Exception):
@@ -42,6 +68,23 @@ def error_response(status: int, code: str, message: str,
                         headers=dict(headers or {}))
 
 
+def _rule(error: Mapping[str, Any]) -> str:
+    """A validation error in words: a pattern mismatch names the rule, not the regex."""
+    from app.http.params import FRIEND_IDS_PATTERN, WINDOW_PATTERN
+    from leaderboard.validation import ID_PATTERN, ID_RULE
+
+    rules = {ID_PATTERN: f"must be {ID_RULE}",
+             WINDOW_PATTERN: "must be a window kind (daily, weekly, monthly, season, all-time) "
+                             "or a window id such as daily:2026-12-01, weekly:2026-W49, "
+                             "monthly:2026-12, season:2026-S4",
+             FRIEND_IDS_PATTERN: f"must be 1-500 comma-separated player ids without spaces, "
+                                 f"each {ID_RULE}"}
+    if error.get("type") == "string_pattern_mismatch":
+        pattern = (error.get("ctx") or {}).get("pattern")
+        return rules.get(str(pattern), "does not have the documented form (see /docs)")
+    return str(error.get("msg", ""))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map each exception the routes let through to its status and error code."""
     async def api_error(request: Request, exc: Exception) -> Response:
@@ -51,7 +94,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         errors = [{"where": ".".join(str(p) for p in e.get("loc", ())),
-                   "message": str(e.get("msg", "")),
+                   "message": _rule(e),
                    "got": e.get("input") if isinstance(e.get("input"), str | int | float)
                    else None} for e in exc.errors()]
         text = "; ".join(f"{e['where']}: {e['message']}"
@@ -72,7 +115,16 @@ def install_error_handlers(app: FastAPI) -> None:
     async def manifest(request: Request, exc: Exception) -> Response:
         return error_response(503, "unavailable", f"the batch view cannot be read: {exc}")
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        message = {404: f"no route {request.url.path}; see /docs for the API",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(
+            exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, code, message, exc.headers)
+
     app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(QueryError, query_error)
     app.add_exception_handler(redis.RedisError, unavailable)

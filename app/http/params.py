@@ -12,15 +12,25 @@ from fastapi.responses import Response
 
 from app.http.errors import ApiError
 from leaderboard.validation import ID_PATTERN, ID_RULE, id_problem
+from serving.service import MAX_FRIENDS
 
-__all__ = ["BoardName", "PlayerId", "Window", "check_player_id", "encode_json", "json_answer"]
+__all__ = ["FRIEND_IDS_PATTERN", "WINDOW_PATTERN", "BoardName", "PlayerId", "Window",
+           "check_player_id", "encode_json", "json_answer"]
 
 BoardName = Annotated[str, Path(description="board name, e.g. `global` or `region:na`",
                                 max_length=64)]
 PlayerId = Annotated[str, Path(description=f"player id: {ID_RULE}", pattern=ID_PATTERN)]
+#: A window kind (the window open now) or a window id; a well-formed id of a window the
+#: board does not have is a 404 (see Service.window), a malformed one a 422.
+WINDOW_PATTERN = (r"^(?:daily|weekly|monthly|season|all-time|daily:\d{4}-\d{2}-\d{2}|"
+                  r"weekly:\d{4}-W\d{2}|monthly:\d{4}-\d{2}|season:[A-Za-z0-9][A-Za-z0-9_.-]{0,31})$")
 Window = Annotated[str | None, Query(
     description="`daily|weekly|monthly|season|all-time` (the window open now) or a window id "
-                "such as `weekly:2026-W49`; default all-time", max_length=64)]
+                "such as `daily:2026-12-01`, `weekly:2026-W49`, `monthly:2026-12`, "
+                "`season:2026-S4`; default all-time", pattern=WINDOW_PATTERN)]
+#: Comma-separated player ids, each by ID_PATTERN, at most MAX_FRIENDS of them.
+_ONE_ID = ID_PATTERN.removeprefix("^").removesuffix("$")
+FRIEND_IDS_PATTERN = rf"^{_ONE_ID}(?:,{_ONE_ID}){{0,{MAX_FRIENDS - 1}}}$"
 
 
 def check_player_id(value: str, where: str) -> str:

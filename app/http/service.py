@@ -26,7 +26,7 @@ from leaderboard.registry import Board, RegistryError
 from leaderboard.settings import Settings
 from leaderboard.speed_keys import connect
 from serving.cache import TopCache
-from serving.service import Leaderboards
+from serving.service import Leaderboards, QueryError
 from speed_layer.ingest import Ingestor, IngestReport, open_writer
 from speed_layer.service import SpeedLayer
 
@@ -70,6 +70,18 @@ class Service:
         except RegistryError as exc:
             raise ApiError(404, "unknown_board", str(exc),
                            boards=[b.name for b in self.registry.boards]) from None
+
+    def window(self, board: str, window: str | None) -> Board:
+        """The board, after checking it has the window asked for: a well-formed window id
+        naming no window of the board (`daily:2026-02-30`, a season not in the calendar, a
+        kind the board lacks) is a 404, as an unknown board is."""
+        found = self.board(board)
+        try:
+            self.boards.resolve(found.name, window)
+        except QueryError as exc:
+            raise ApiError(404, "unknown_window", str(exc),
+                           windows=list(found.windows)) from None
+        return found
 
     def ingest(self, table: pa.Table, unparseable: pa.Table, server_id: str) -> IngestReport:
         """Validate, land and fold one request's rows (one request at a time per process)."""

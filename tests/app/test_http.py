@@ -458,8 +458,12 @@ def test_a_top_percent_outside_0_100_is_refused(world, top):
 
 @pytest.mark.parametrize(("path", "params", "status", "says"), [
     ("/v1/boards/region:moon/top", {}, 404, "region:na"),
-    ("/v1/boards/global/top", {"window": "hourly"}, 400, "hourly"),
-    ("/v1/boards/global/top", {"window": "daily:2026-13-45"}, 400, "2026-13-45"),
+    ("/v1/boards/global/top", {"window": "hourly"}, 422, "hourly"),
+    ("/v1/boards/global/top", {"window": "hourly"}, 422, "window kind"),
+    # A well-formed window id naming no window: no such resource.
+    ("/v1/boards/global/top", {"window": "daily:2026-13-45"}, 404, "2026-13-45"),
+    ("/v1/boards/global/players/p001", {"window": "season:1999-S9"}, 404, "1999-S9"),
+    ("/v1/boards/global/percentiles", {"window": "daily:2026-02-30"}, 404, "2026-02-30"),
     ("/v1/boards/global/top", {"n": 0}, 422, "n"),
     ("/v1/boards/global/top", {"n": 1001}, 422, "1000"),
     ("/v1/boards/global/top", {"cursor": "garbage"}, 400, "cursor"),
@@ -468,11 +472,17 @@ def test_a_top_percent_outside_0_100_is_refused(world, top):
     ("/v1/boards/global/players/p001/around", {"k": 51}, 422, "50"),
     ("/v1/boards/global/friends", {"ids": ",".join(f"p{i}" for i in range(501))}, 422, "500"),
     ("/v1/boards/global/friends", {"ids": "p001,bad id"}, 422, "bad id"),
-    ("/v1/boards/global/friends", {"ids": ","}, 422, "at least one"),
-    ("/v1/boards/global/players/p001/history", {"window": "hourly"}, 400, "all-time"),
+    ("/v1/boards/global/friends", {"ids": ","}, 422, "1-500 comma-separated"),
+    ("/v1/boards/global/friends", {"ids": "p001, p002"}, 422, "without spaces"),
+    ("/v1/boards/global/friends", {"ids": "p001,.."}, 422, "not . or .."),
+    ("/v1/boards/global/players/%2e%2e/history", {}, 422, "not . or .."),
+    ("/v1/boards/global/players/p001/history", {"window": "hourly"}, 422, "all-time"),
     ("/v1/boards/global/players/p001/history", {"from": "2026-12-02", "to": "2026-12-01"},
      422, "after"),
     ("/v1/boards/global/players/p001/history", {"from": "yesterday"}, 422, "from"),
+    ("/v1/boards/global/players/p001/history", {"to": "0"}, 422, "to"),
+    ("/v1/boards/global/players/p001/history", {"to": "2026-02-30"}, 422, "calendar date"),
+    ("/v1/no-such-route", {}, 404, "/docs"),
     ("/v1/boards/nope/percentiles", {}, 404, "global"),
 ])
 def test_bad_reads_say_what_is_wrong(reader, path, params, status, says):

@@ -13,16 +13,15 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
 from app.http.auth import check_admin
+from app.http.errors import documented
 from app.http.service import Service, ServiceDep
 from leaderboard.validation import ID_PATTERN, ID_RULE
 
 __all__ = ["PlayerAction", "router"]
 
-_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "no admin key"},
-    403: {"description": "wrong admin key, or none is configured"},
-    422: {"description": "the body is not a valid action"},
-}
+_AUTH_RESPONSES = documented(401, 403, 422, 503, s401="no admin key",
+                             s403="a wrong admin key, or none is configured",
+                             s422="the body is not a valid action")
 
 
 class PlayerAction(BaseModel):

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.http.auth import check_server, check_signed
 from app.http.config import MAX_BATCH_ROWS
-from app.http.errors import ApiError
+from app.http.errors import ApiError, documented
 from app.http.service import ServiceDep
 from app.sources import unparseable_rows
 from leaderboard.schema import INPUT_FIELDS
@@ -170,10 +170,13 @@ def _batch_table(events: list[Any], server_id: str, source: str
                  "application/json": {"schema": EVENT_BODY_SCHEMA}}}},
              responses={200: {"description": "every row accepted (or a retry)"},
                         207: {"description": "some rows rejected: see `rejected`"},
-                        401: {"description": "no credential"},
-                        403: {"description": "wrong credential"},
-                        413: {"description": "body or batch too large"},
-                        422: {"description": "every row rejected"}})
+                        **documented(400, 401, 403, 413, 422, 503,
+                                     s400="the body is not JSON, or not a batch of events",
+                                     s401="no credential, or a signature without X-Timestamp",
+                                     s403="a wrong key or signature, or X-Timestamp more than "
+                                          "5 minutes from the server's clock",
+                                     s422="every row rejected (`rejected` says why), or an "
+                                          "empty batch")})
 async def ingest(
     service: ServiceDep,
     request: Request,

@@ -6,9 +6,10 @@ from typing import Any
 
 import redis
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.http.errors import documented
 from app.http.service import ServiceDep
 from leaderboard.manifest import ManifestError, read_current
 from leaderboard.timeutil import format_instant
@@ -19,7 +20,7 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz", summary="Redis answers and a version is readable",
-            responses={503: {"description": "what is wrong"}})
+            responses=documented(503, s503="what is wrong: `problems` names each failed part"))
 def healthz(service: ServiceDep) -> Response:
     problems: dict[str, str] = {}
     answer: dict[str, Any] = {}
@@ -47,11 +48,14 @@ def healthz(service: ServiceDep) -> Response:
             problems["redis"] = f"Redis failed reading the version pointer: {exc}"
     answer["now"] = format_instant(service.settings.now())
     if problems:
-        return JSONResponse({"status": "unavailable", "problems": problems, **answer},
-                            status_code=503)
+        return JSONResponse({"status": "unavailable", "error": "unavailable",
+                             "message": "; ".join(problems.values()), "problems": problems,
+                             **answer}, status_code=503)
     return JSONResponse({"status": "ok", **answer})
 
 
-@router.get("/metrics", summary="Prometheus metrics")
+@router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse,
+            responses={200: {"description": "the Prometheus text exposition format",
+                             "content": {"text/plain": {"schema": {"type": "string"}}}}})
 def metrics(service: ServiceDep) -> Response:
     return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
