@@ -208,29 +208,52 @@ def _board_summary(standings: pa.Table) -> dict[str, dict[str, int]]:
         grouped.column("rows_sum").to_pylist(), strict=True)}
 
 
-def _scope_points(lake: Path, rollups: dict[str, dict[str, Any]], banned: set[str]
-                  ) -> dict[str, int]:
-    """Counted points per scope key (no lateness filter: the all-time window's total)."""
+def _scope_points(lake: Path, rollups: dict[str, dict[str, Any]], banned: set[str],
+                  end: date) -> dict[str, pa.Array]:
+    """Counted points per scope key and player (no lateness filter: the all-time window's
+    totals; only dates before the all-time window's `end`), exact as decimals."""
     if not rollups:
         return {}
     by_path: dict[str, list[date]] = {}
     for day, entry in rollups.items():
-        by_path.setdefault(str(lake / entry["path"]), []).append(date.fromisoformat(day))
+        if date.fromisoformat(day) < end:
+            by_path.setdefault(str(lake / entry["path"]), []).append(date.fromisoformat(day))
     parts = []
     for path, days in by_path.items():
         parts.append(pq.read_table(path, columns=["player_id", "region", "mode", "points_sum"],
                                    filters=[("event_date", "in", days)]))
+    if not parts:
+        return {}
     table = pa.concat_tables(parts)
+    table = table.set_column(3, "points_sum", pc.cast(table.column("points_sum"),
+                                                      pa.decimal128(38, 0)))
     if banned:
         table = table.filter(pc.invert(pc.is_in(table.column("player_id"),
                                                 value_set=pa.array(sorted(banned)))))
-    totals: dict[str, int] = {"global": int(pc.sum(table.column("points_sum")).as_py() or 0)}
-    for column in ("region", "mode"):
-        grouped = table.group_by(column).aggregate([("points_sum", "sum")])
-        for value, points in zip(grouped.column(column).to_pylist(),
-                                 grouped.column("points_sum_sum").to_pylist(), strict=True):
-            totals[f"{column}:{value}"] = int(points)
+    totals: dict[str, pa.Array] = {}
+    for column in (None, "region", "mode"):
+        keys = ["player_id"] if column is None else ["player_id", column]
+        grouped = table.group_by(keys).aggregate([("points_sum", "sum")])
+        if column is None:
+            totals["global"] = grouped.column("points_sum_sum").combine_chunks()
+            continue
+        for value in pc.unique(grouped.column(column)).to_pylist():
+            rows = grouped.filter(pc.equal(grouped.column(column), value))
+            totals[f"{column}:{value}"] = rows.column("points_sum_sum").combine_chunks()
     return totals
+
+
+def _saturated_total(players: pa.Array | None, limit: int) -> int:
+    """Sum over players of each one's total saturated at +-limit (what a sum board's
+    all-time scores add up to; leaderboard.sortkey.saturate)."""
+    if players is None or len(players) == 0:
+        return 0
+    bound = pa.scalar(limit, pa.decimal128(38, 0))
+    low = pa.scalar(-limit, pa.decimal128(38, 0))
+    clamped = pc.max_element_wise(pc.min_element_wise(players, bound), low)
+    total = int(pc.sum(clamped).as_py() or 0)
+    # The standings index keeps score totals as int64 sums, which wrap past 2^63.
+    return (total + 2**63) % 2**64 - 2**63
 
 
 def run_batch(
@@ -278,7 +301,7 @@ def run_batch(
     bits = lateness_bits(registry)
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     if files:
-        first_day = min(first_day, _earliest_event_date(files))
+        first_day = min(first_day, _earliest_event_date(files, registry.calendar.all_time_start))
     if base is not None:  # raw events of old dates may be gone (retention); rollups are not
         first_day = min(first_day, _earliest_rollup_date(lake, base))
     calendar = calendar_table(registry, first_day, as_of + timedelta(days=1))
@@ -385,7 +408,7 @@ def run_batch(
         if events_total != expected_total:
             raise PublishError(f"rollups count {events_total} events, expected {expected_total} "
                                "(deduped input); not publishing")
-        scope_points = _scope_points(lake, rollups, banned)
+        scope_points = _scope_points(lake, rollups, banned, registry.calendar.all_time_end)
         for board in registry.boards:
             if board.aggregation != "sum" or ALL_TIME not in board.windows:
                 continue
@@ -393,9 +416,11 @@ def run_batch(
                 continue
             key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
             got = totals[(board.name, ALL_TIME)]
-            if got != scope_points.get(key, 0):
+            expected = _saturated_total(scope_points.get(key),
+                                        registry.layout(board, ALL_TIME).limit)
+            if got != expected:
                 raise PublishError(f"{board.name} all-time scores add up to {got}, the counted "
-                                   f"points to {scope_points.get(key, 0)}; not publishing")
+                                   f"points to {expected}; not publishing")
         input_files = dict(base.inputs.get("files", {})) if base else {}
         for f in files:
             input_files[str(f.path.relative_to(lake))] = 1
@@ -408,7 +433,8 @@ def run_batch(
                     "new_events": counted, "banned": sorted(banned), "mode": mode},
             boards=_board_summary(standings),
             checks={"events": events_total, "windows_built": len(needed),
-                    "standings_rows_written": rows, "scope_points": scope_points},
+                    "standings_rows_written": rows, "scope_points": {
+                        k: int(pc.sum(v).as_py() or 0) for k, v in scope_points.items()}},
             duration_seconds=round((datetime.now(UTC) - started).total_seconds(), 3),
         )
         seal([lake / p for p in {e["path"] for e in rollups.values()}] + writer.paths)
@@ -425,11 +451,12 @@ def run_batch(
     return BatchResult(manifest, mode, counted, len(needed), rows, seconds)
 
 
-def _earliest_event_date(files: list[Any]) -> date:
-    """The earliest event date in the landed files, from Parquet statistics (no data read)."""
+def _earliest_event_date(files: list[Any], floor: date) -> date:
+    """The earliest event date in the landed files, from Parquet statistics (no data read),
+    and never before `floor` (the calendar's all_time_start: no event counts before it)."""
     earliest = min((stamp_range(f.path, "event_time")[0] for f in files),
                    default=datetime.now(UTC))
-    return max(earliest, datetime(1970, 1, 1, tzinfo=UTC)).date()
+    return max(earliest.date(), floor)
 
 
 def _earliest_rollup_date(lake: Path, base: Manifest) -> date:

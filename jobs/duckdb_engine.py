@@ -14,14 +14,10 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from jobs.spec import DEPTH_BUCKETS, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
+from jobs.spec import DEPTH_BUCKETS, ROLLUP_CAP, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
 from leaderboard.timeutil import epoch_us
 
 __all__ = ["DuckDBEngine"]
-
-_LIMIT_SHARED = 2**53 - 1
-
-
 
 
 def _sql_list(paths: Sequence[str]) -> str:
@@ -41,22 +37,27 @@ def _mask_sql(bits: Sequence[LatenessBit]) -> str:
     return " + ".join(parts)
 
 
-_ROLLUP_AGGREGATES = """
+def _saturated(total: str, limit: str) -> str:
+    """A HUGEINT sum clamped to [-limit, limit] (see leaderboard.sortkey.saturate)."""
+    return f"greatest(least({total}, {limit}), -({limit}))::BIGINT"
+
+
+_ROLLUP_AGGREGATES = f"""
     count(*)::BIGINT AS matches,
-    sum(points)::BIGINT AS points_sum,
-    max({'p': points, 't': -epoch_us(event_time)}) AS mx,
-    min({'p': points, 't': epoch_us(event_time)}) AS mn,
-    max({'t': epoch_us(event_time), 'm': match_id, 'p': points}) AS lst,
+    {_saturated("sum(points::HUGEINT)", str(ROLLUP_CAP))} AS points_sum,
+    max({{'p': points, 't': -epoch_us(event_time)}}) AS mx,
+    min({{'p': points, 't': epoch_us(event_time)}}) AS mn,
+    max({{'t': epoch_us(event_time), 'm': match_id, 'p': points}}) AS lst,
     min(event_time) AS first_event_at,
     max(event_time) AS last_event_at
 """
 
-_MERGE_AGGREGATES = """
+_MERGE_AGGREGATES = f"""
     sum(matches)::BIGINT AS matches,
-    sum(points_sum)::BIGINT AS points_sum,
-    max({'p': max_points, 't': -epoch_us(max_at)}) AS mx,
-    min({'p': min_points, 't': epoch_us(min_at)}) AS mn,
-    max({'t': epoch_us(last_event_at), 'm': last_match, 'p': last_points}) AS lst,
+    {_saturated("sum(points_sum::HUGEINT)", str(ROLLUP_CAP))} AS points_sum,
+    max({{'p': max_points, 't': -epoch_us(max_at)}}) AS mx,
+    min({{'p': min_points, 't': epoch_us(min_at)}}) AS mn,
+    max({{'t': epoch_us(last_event_at), 'm': last_match, 'p': last_points}}) AS lst,
     min(first_event_at) AS first_event_at,
     max(last_event_at) AS last_event_at
 """
@@ -245,7 +246,7 @@ class DuckDBEngine:
             CREATE OR REPLACE TEMP TABLE bw_t AS
             SELECT (row_number() OVER (ORDER BY s.board, w.window_id))::INTEGER AS bw,
                    s.bno, w.wno, s.board, w.window_id, w.window_start_us, s.aggregation,
-                   s.sign, s.earliest, s.time_bits
+                   s.sign, s.earliest, s.time_bits, s.time_unit_us, s.score_limit
             FROM (SELECT DISTINCT kind, window_id, window_start_us, wno FROM cal_i) w
             JOIN spec_i s ON s.kind = w.kind
             SEMI JOIN needed_t n ON n.board = s.board AND n.window_id = w.window_id
@@ -284,7 +285,7 @@ class DuckDBEngine:
             ), g AS (
                 SELECT bw, pc,
                        sum(matches)::BIGINT AS matches,
-                       sum(points_sum)::BIGINT AS points_sum,
+                       sum(points_sum::HUGEINT) AS points_sum,
                        {mx} AS mx, {mn} AS mn,
                        max({{'t': epoch_us(last_event_at), 'm': last_match, 'p': last_points}})
                            AS lst,
@@ -293,11 +294,12 @@ class DuckDBEngine:
                 FROM counted
                 GROUP BY bw, pc
             )
-            SELECT g.bw, g.pc, b.sign, b.earliest, b.time_bits, g.matches,
+            SELECT g.bw, g.pc, b.sign, b.earliest, b.time_bits, b.time_unit_us, g.matches,
                    g.first_event_at, g.last_event_at, g.lst.m AS last_match_id,
                    b.window_start_us,
-                   CASE b.aggregation WHEN 'sum' THEN g.points_sum WHEN 'max' THEN g.mx.p
-                                      WHEN 'min' THEN g.mn.p ELSE g.lst.p END AS score,
+                   CASE b.aggregation
+                       WHEN 'sum' THEN {_saturated("g.points_sum", "b.score_limit")}
+                       WHEN 'max' THEN g.mx.p WHEN 'min' THEN g.mn.p ELSE g.lst.p END AS score,
                    CASE b.aggregation WHEN 'sum' THEN epoch_us(g.last_event_at)
                                       WHEN 'max' THEN -g.mx.t WHEN 'min' THEN g.mn.t
                                       ELSE g.lst.t END AS reached_us
@@ -312,12 +314,12 @@ class DuckDBEngine:
             CREATE OR REPLACE TEMP TABLE banned_i AS
             SELECT pc FROM players_i SEMI JOIN banned_t USING (player_id)
         """)
-        overflow = con.sql(f"""
+        # Registry load and saturation keep every score in range, so this finds nothing; it
+        # stays as the last guard against publishing an inexact key.
+        overflow = con.sql("""
             SELECT b.board, b.window_id, p.player_id, s.score, s.time_bits
             FROM scored s JOIN bw_t b USING (bw) JOIN players_i p USING (pc)
-            WHERE s.pc NOT IN (SELECT pc FROM banned_i)
-              AND abs(s.score) > CASE WHEN s.earliest THEN (1::BIGINT << (53 - s.time_bits)) - 1
-                                      ELSE {_LIMIT_SHARED} END
+            WHERE s.pc NOT IN (SELECT pc FROM banned_i) AND abs(s.score) > b.score_limit
             LIMIT 10
         """).to_arrow_table()
         if overflow.num_rows:
@@ -328,7 +330,8 @@ class DuckDBEngine:
             WITH k AS (
                 SELECT *, CASE WHEN earliest THEN
                     (sign * score) * (1::BIGINT << time_bits)
-                    + ((1::BIGINT << time_bits) - 1 - (reached_us - window_start_us) // 1000000)
+                    + ((1::BIGINT << time_bits) - 1
+                       - (reached_us - window_start_us) // time_unit_us)
                     ELSE sign * score END AS sort_key
                 FROM scored WHERE pc NOT IN (SELECT pc FROM banned_i)
             ), n AS (

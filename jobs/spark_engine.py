@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.spec import DEPTH_BUCKETS, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
+from jobs.spec import DEPTH_BUCKETS, ROLLUP_CAP, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import epoch_us
 
@@ -61,7 +61,6 @@ __all__ = [
     "sort_for_ranking",
 ]
 
-_LIMIT_SHARED = 2**53 - 1
 _DAY_US = 86_400_000_000
 _DEFAULT_MASTER = "local[2]"
 _DEFAULT_SHUFFLE_PARTITIONS = 8
@@ -175,13 +174,25 @@ def _mask(bits: Sequence[LatenessBit]) -> Column:
     return mask
 
 
-def _merge_aggregates() -> list[Column]:
-    """Mergeable aggregates over rollup rows (the DuckDB engine's _MERGE_AGGREGATES)."""
+def _saturated_sum(column: str, limit: Column) -> Column:
+    """sum(column), exact in decimal(38,0), clamped to [-limit, limit] as a bigint (the
+    DuckDB engine's _saturated; leaderboard.sortkey.saturate)."""
+    from pyspark.sql import functions as F
+
+    total = F.sum(F.col(column).cast("decimal(38,0)"))
+    bound = limit.cast("decimal(38,0)")
+    return F.greatest(F.least(total, bound), -bound).cast("bigint")
+
+
+def _merge_aggregates(limit: Column | None = None) -> list[Column]:
+    """Mergeable aggregates over rollup rows (the DuckDB engine's _MERGE_AGGREGATES); the
+    points sum saturates at `limit` (default ROLLUP_CAP)."""
     from pyspark.sql import functions as F
 
     return [
         F.sum("matches").alias("matches"),
-        F.sum("points_sum").alias("points_sum"),
+        _saturated_sum("points_sum", F.lit(ROLLUP_CAP) if limit is None else limit)
+        .alias("points_sum"),
         F.max(F.struct(F.col("max_points").alias("p"), (-F.col("max_at")).alias("t"))).alias("mx"),
         F.min(F.struct(F.col("min_points").alias("p"), F.col("min_at").alias("t"))).alias("mn"),
         F.max(F.struct(F.col("last_event_at").alias("t"), F.col("last_match").alias("m"),
@@ -562,7 +573,8 @@ class SparkEngine:
                 .join(F.broadcast(wide), "event_date", "left")
                 .withColumn("mask", _mask(bits))
                 .groupBy("player_id", "event_date", "region", "mode", "mask", "in_calendar")
-                .agg(F.count(F.lit(1)).alias("matches"), F.sum("points").alias("points_sum"),
+                .agg(F.count(F.lit(1)).alias("matches"),
+                     _saturated_sum("points", F.lit(ROLLUP_CAP)).alias("points_sum"),
                      F.max(F.struct(F.col("points").alias("p"), (-F.col("t")).alias("t")))
                      .alias("mx"),
                      F.min(F.struct(F.col("points").alias("p"), F.col("t").alias("t")))
@@ -647,21 +659,21 @@ class SparkEngine:
         # still counts as received.
         every = (counted.join(banned_df, "player_id", "left")
                   .groupBy("board", "window_id", "player_id", "is_banned", "aggregation",
-                           "sign", "earliest", "time_bits", "window_start_us")
-                  .agg(*_merge_aggregates())
+                           "sign", "earliest", "time_bits", "time_unit_us", "score_limit",
+                           "window_start_us")
+                  .agg(*_merge_aggregates(F.col("score_limit")))
                   .select("board", "window_id", "player_id", "is_banned", "sign", "earliest",
-                          "time_bits", "matches", F.col("first_event_at").alias("first_us"),
+                          "time_bits", "time_unit_us", "score_limit", "matches",
+                          F.col("first_event_at").alias("first_us"),
                           F.col("last_event_at").alias("last_us"),
                           F.col("lst.m").alias("last_match_id"), "window_start_us",
                           score.alias("score"), reached.alias("reached_us"))
                   .persist(StorageLevel.MEMORY_AND_DISK))
         self._cached.append(every)
         # One pass for the windows that received events and for scores that do not fit an
-        # exact sort key (an example player per board-window).
-        limit = (F.when(F.col("earliest"),
-                        F.expr("shiftleft(1L, CAST(53 - time_bits AS INT)) - 1"))
-                 .otherwise(F.lit(_LIMIT_SHARED)))
-        too_big = F.col("is_banned").isNull() & (F.abs(F.col("score")) > limit)
+        # exact sort key (an example player per board-window; registry load and saturation
+        # keep every score in range, so this stays the last guard).
+        too_big = F.col("is_banned").isNull() & (F.abs(F.col("score")) > F.col("score_limit"))
         summary = (every.groupBy("board", "window_id")
                    .agg(F.min(F.when(too_big, F.struct("player_id", "score", "time_bits")))
                         .alias("overflow"))
@@ -683,7 +695,7 @@ class SparkEngine:
         keyed = scored.withColumn("sort_key", F.when(
             F.col("earliest"),
             (F.col("sign") * F.col("score")) * unit
-            + (unit - 1 - F.expr("(reached_us - window_start_us) div 1000000")))
+            + (unit - 1 - F.expr("(reached_us - window_start_us) div time_unit_us")))
             .otherwise(F.col("sign") * F.col("score")))
         numbered = (number_within_partitions(sort_for_ranking(keyed, partitions))
                     .persist(StorageLevel.MEMORY_AND_DISK))

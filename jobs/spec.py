@@ -21,6 +21,7 @@ from leaderboard.timeutil import duration_us
 __all__ = [
     "DEPTH_BUCKETS",
     "HISTOGRAM_SCHEMA",
+    "ROLLUP_CAP",
     "ROLLUP_SCHEMA",
     "STANDINGS_SCHEMA",
     "WIDTH_BUCKETS",
@@ -31,6 +32,12 @@ __all__ = [
 ]
 
 WIDTH_BUCKETS = 20
+#: A rollup row's points_sum saturates at +-2^62, so it stays an int64 whatever it sums. That
+#: changes no score: a board's sum saturates at its own limit (<= 2^53 - 1, see
+#: leaderboard.sortkey), and saturating first at a larger cap gives the same result for
+#: points of one sign -- a board with points of both signs has bounds so small that 2^62 is
+#: out of reach of any real day (registry load checks SUM_HEADROOM).
+ROLLUP_CAP = 2**62
 DEPTH_BUCKETS = 100
 
 #: One row per (player, event_date, region, mode, lateness mask): mergeable aggregates.
@@ -136,7 +143,8 @@ def calendar_table(registry: Registry, first: date, last: date) -> pa.Table:
             which = np.clip(which, 0, None)
             start, end = starts[which], ends[which]
             ids = np.array([f"season:{x.id}" for x in seasons])[which]
-        else:  # all-time
+        else:  # all-time: from all_time_start, up to (not including) all_time_end
+            valid = number < np.datetime64(calendar.all_time_end, "D").astype(np.int64)
             start = np.full(len(days), np.datetime64(calendar.all_time_start, "D")
                             .astype(np.int64))
             end = None
@@ -154,11 +162,12 @@ def calendar_table(registry: Registry, first: date, last: date) -> pa.Table:
 
 
 def board_window_spec(registry: Registry) -> pa.Table:
-    """One row per (board, window kind): how rows are matched, merged and keyed."""
+    """One row per (board, window kind): how rows are matched, merged and keyed
+    (`score_limit`: a `sum` total saturates there; see leaderboard.sortkey)."""
     bits = {(b.kind, b.grace_us): b.bit for b in lateness_bits(registry)}
-    calendar = registry.calendar
     rows: dict[str, list[object]] = {k: [] for k in (
-        "board", "scope_key", "kind", "bit", "aggregation", "sign", "earliest", "time_bits")}
+        "board", "scope_key", "kind", "bit", "aggregation", "sign", "earliest", "time_bits",
+        "time_unit_us", "score_limit")}
     for board in registry.boards:
         scope_key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
         grace_us = duration_us(board.grace)
@@ -170,7 +179,10 @@ def board_window_spec(registry: Registry) -> pa.Table:
             rows["aggregation"].append(board.aggregation)
             rows["sign"].append(1 if board.order == "desc" else -1)
             rows["earliest"].append(board.ties == "earliest")
-            rows["time_bits"].append(calendar.time_bits(kind) if board.ties == "earliest" else 0)
+            layout = registry.layout(board, kind)
+            rows["time_bits"].append(layout.time_bits)
+            rows["time_unit_us"].append(layout.unit_us or 1)
+            rows["score_limit"].append(layout.limit)
     return pa.table({
         "board": pa.array(rows["board"], pa.string()),
         "scope_key": pa.array(rows["scope_key"], pa.string()),
@@ -180,6 +192,8 @@ def board_window_spec(registry: Registry) -> pa.Table:
         "sign": pa.array(rows["sign"], pa.int64()),
         "earliest": pa.array(rows["earliest"], pa.bool_()),
         "time_bits": pa.array(rows["time_bits"], pa.int64()),
+        "time_unit_us": pa.array(rows["time_unit_us"], pa.int64()),
+        "score_limit": pa.array(rows["score_limit"], pa.int64()),
     })
 
 

@@ -16,6 +16,7 @@ from leaderboard.timeutil import to_utc
 
 __all__ = [
     "ALL_TIME",
+    "ALL_TIME_END",
     "DAILY",
     "MONTHLY",
     "SEASON",
@@ -33,6 +34,9 @@ MONTHLY = "monthly"
 SEASON = "season"
 ALL_TIME = "all-time"
 WINDOW_KINDS: tuple[str, ...] = (DAILY, WEEKLY, MONTHLY, SEASON, ALL_TIME)
+#: The default end of the all-time window (exclusive): its length bounds the time offsets of
+#: all-time `earliest` sort keys, so it cannot be open-ended.
+ALL_TIME_END = date(2200, 1, 1)
 
 _QUARTER_ID = re.compile(r"^(\d{4})-S([1-4])$")
 _WEEK_ID = re.compile(r"^(\d{4})-W(\d{2})$")
@@ -90,10 +94,18 @@ class Calendar:
     """Window arithmetic for one registry: quarterly seasons unless explicit ones are given."""
 
     def __init__(
-        self, seasons: tuple[Season, ...] | None = None, all_time_start: date = date(1970, 1, 1)
+        self, seasons: tuple[Season, ...] | None = None, all_time_start: date = date(1970, 1, 1),
+        all_time_end: date = ALL_TIME_END,
     ) -> None:
         self.seasons = tuple(sorted(seasons, key=lambda s: s.start)) if seasons else None
         self.all_time_start = all_time_start
+        #: The day after the last date the all-time window counts (its length sizes the time
+        #: bits of all-time `earliest` keys); an event from that date on counts in no
+        #: all-time window.
+        self.all_time_end = all_time_end
+        if all_time_end <= all_time_start:
+            raise WindowError(
+                f"all_time_end {all_time_end} must be after all_time_start {all_time_start}")
         if self.seasons:
             for before, after in zip(self.seasons, self.seasons[1:], strict=False):
                 if after.start < before.end:
@@ -154,6 +166,8 @@ class Calendar:
                                   _midnight(season.end))
             return None
         if kind == ALL_TIME:
+            if day >= self.all_time_end:
+                return None
             return Window(_midnight(self.all_time_start), ALL_TIME, ALL_TIME, None)
         raise WindowError(
             f"unknown window kind {kind!r}; expected one of {', '.join(WINDOW_KINDS)}")
@@ -262,7 +276,8 @@ class Calendar:
     # -- sort-key support ------------------------------------------------------------------
 
     def max_length_seconds(self, kind: str) -> int:
-        """The longest a window of `kind` can be, in seconds (all-time: 2^32 s, ~136 years)."""
+        """The longest a window of `kind` can be, in seconds (all-time: all_time_start to
+        all_time_end)."""
         day = 86400
         if kind == DAILY:
             return day
@@ -275,9 +290,11 @@ class Calendar:
                 return 92 * day
             return max((s.end - s.start).days for s in self.seasons) * day
         if kind == ALL_TIME:
-            return 2**32
+            return (self.all_time_end - self.all_time_start).days * day
         raise WindowError(f"unknown window kind {kind!r}")
 
-    def time_bits(self, kind: str) -> int:
-        """Bits the `earliest` tie policy reserves for seconds since the window start."""
-        return max(1, math.ceil(math.log2(self.max_length_seconds(kind))))
+    def time_bits(self, kind: str, unit_us: int = 1_000_000) -> int:
+        """Bits an `earliest` key needs for the offset from the window start, counted in
+        units of `unit_us` microseconds (whole seconds unless told)."""
+        units = -(-self.max_length_seconds(kind) * 1_000_000 // unit_us)
+        return max(1, math.ceil(math.log2(units)))

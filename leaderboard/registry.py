@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from leaderboard.calendar import WINDOW_KINDS, Calendar, Season, WindowError
-from leaderboard.sortkey import max_abs_score
+from leaderboard.calendar import ALL_TIME_END, WINDOW_KINDS, Calendar, Season, WindowError
+from leaderboard.sortkey import UNITS_US, KeyLayout, choose_layout
 from leaderboard.timeutil import parse_duration
 
 __all__ = [
@@ -82,6 +82,9 @@ class Registry:
     retention_days: int
     source: str
     fingerprint: str = field(default="")
+    #: (board name, window kind) -> its sort-key layout, fixed at load.
+    layouts: dict[tuple[str, str], KeyLayout] = field(default_factory=dict, compare=False,
+                                                      repr=False)
 
     def board(self, name: str) -> Board:
         for board in self.boards:
@@ -92,6 +95,14 @@ class Registry:
 
     def boards_for(self, region: str, mode: str) -> list[Board]:
         return [b for b in self.boards if b.applies_to(region, mode)]
+
+    def layout(self, board: Board | str, kind: str) -> KeyLayout:
+        """The sort-key layout of a board's windows of `kind` (time bits, unit, limit)."""
+        name = board if isinstance(board, str) else board.name
+        found = self.layouts.get((name, kind))
+        if found is None:
+            raise RegistryError(f"board {name!r} has no {kind} window in {self.source}")
+        return found
 
     @property
     def max_grace(self) -> timedelta:
@@ -156,18 +167,25 @@ def _calendar(raw: dict[str, Any], source: str) -> Calendar:
     table = raw.get("calendar", {})
     if not isinstance(table, dict):
         raise _fail(source, "calendar", "must be a table")
-    unknown = set(table) - {"season", "seasons", "all_time_start"}
+    unknown = set(table) - {"season", "seasons", "all_time_start", "all_time_end"}
     if unknown:
         raise _fail(source, f"calendar.{sorted(unknown)[0]}", "is not a known key")
     try:
         origin = date.fromisoformat(str(table.get("all_time_start", "1970-01-01")))
     except ValueError:
         raise _fail(source, "calendar.all_time_start", "must be a date YYYY-MM-DD") from None
+    try:
+        horizon = date.fromisoformat(str(table.get("all_time_end", ALL_TIME_END.isoformat())))
+    except ValueError:
+        raise _fail(source, "calendar.all_time_end", "must be a date YYYY-MM-DD") from None
+    if horizon <= origin:
+        raise _fail(source, "calendar.all_time_end",
+                    f"({horizon}) must be after calendar.all_time_start ({origin})")
     kind = table.get("season", "quarterly")
     if kind == "quarterly":
         if "seasons" in table:
             raise _fail(source, "calendar.seasons", "needs calendar.season = \"explicit\"")
-        return Calendar(None, origin)
+        return Calendar(None, origin, horizon)
     if kind != "explicit":
         raise _fail(source, "calendar.season", f"is {kind!r}; use \"quarterly\" or \"explicit\"")
     seasons_raw = table.get("seasons")
@@ -191,7 +209,7 @@ def _calendar(raw: dict[str, Any], source: str) -> Calendar:
     if len({s.id for s in seasons}) != len(seasons):
         raise _fail(source, "calendar.seasons", "uses a season id twice")
     try:
-        return Calendar(tuple(seasons), origin)
+        return Calendar(tuple(seasons), origin, horizon)
     except WindowError as exc:
         raise _fail(source, "calendar.seasons", str(exc)) from None
 
@@ -327,22 +345,29 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
         if board.name in seen:
             raise _fail(source, "boards", f"defines board {board.name!r} twice; give one a `name`")
         seen[board.name] = 1
+    layouts: dict[tuple[str, str], KeyLayout] = {}
     for board in boards:
-        if board.ties != "earliest":
-            continue
         for window in board.windows:
-            limit = max_abs_score("earliest", calendar.time_bits(window))
-            worst = max(abs(board.min_points), abs(board.max_points))
-            if worst > limit:
+            try:
+                layouts[(board.name, window)] = choose_layout(
+                    ties=board.ties, aggregation=board.aggregation,
+                    min_points=board.min_points, max_points=board.max_points,
+                    bits_for_unit={u: calendar.time_bits(window, u) for u in UNITS_US})
+            except ValueError as exc:
+                fix = ("lower the bounds, shorten the window (calendar.all_time_end, seasons)"
+                       " or use ties=shared" if board.ties == "earliest"
+                       else "lower the bounds")
                 raise _fail(source, f"boards.{board.name}",
-                            f"allows points up to {worst}, but ties=earliest on the {window} "
-                            f"window fits |score| <= {limit}; lower the bounds or use ties=shared")
+                            f"cannot rank its {window} window exactly with ties={board.ties}: "
+                            f"it {exc}; {fix}"
+                            ) from None
     fingerprint_source = json.dumps(raw, sort_keys=True, default=str)
     registry = Registry(
         regions=regions, modes=modes, boards=tuple(boards), calendar=calendar,
         future_skew=future_skew, idempotency_horizon=horizon, retention_days=retention,
         source=source,
         fingerprint=hashlib.sha256(fingerprint_source.encode()).hexdigest()[:16],
+        layouts=layouts,
     )
     return registry
 

@@ -27,7 +27,6 @@ from leaderboard.schema import (
     TIMESTAMP,
     conform,
 )
-from leaderboard.sortkey import max_abs_score
 from leaderboard.timeutil import duration_us, epoch_us, from_epoch_us, to_utc
 
 __all__ = ["ID_PATTERN", "ID_RULE", "MATCH_ID_PATTERN", "REASONS", "UNPRINTABLE_RANGES",
@@ -430,8 +429,7 @@ class _Plan:
                 self.applies[b] = mode_code == modes.index(board.scope_value)
             fit = None
             if board.ties == "earliest":
-                fit = min(max_abs_score("earliest", registry.calendar.time_bits(k))
-                          for k in board.windows)
+                fit = min(registry.layout(board, k).limit for k in board.windows)
             self.fits.append(fit)
             lowest = board.min_points if fit is None else max(board.min_points, -fit)
             highest = board.max_points if fit is None else min(board.max_points, fit)

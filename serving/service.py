@@ -123,7 +123,7 @@ class Leaderboards:
         key = (loaded.version.tag, board.name, found.id)
         base = self.bases.get(key, lambda: load_base(loaded.view, board.name, found.id,
                                                      ordinal=board.ties == "earliest"))
-        bits = self.registry.calendar.time_bits(found.kind) if board.ties == "earliest" else 0
+        bits = self.registry.layout(board, found.kind).time_bits
         return MergedBoard(board, found, bits, base, self.client,
                            BoardWindowKeys(board.name, found.id, loaded.version.tag)), loaded
 

@@ -60,7 +60,9 @@ _US_PER_DAY = 86_400_000_000
 #: Values (see `value_fields`): sum with shared ties: sort-key delta (points delta times the
 #: sign, so the script hands the text to ZINCRBY as is); sum with earliest ties:
 #: delta, t of the latest event; max|min: best points, its t; last: points, event time (us,
-#: 20 digits), match_id, t.
+#: as 20 characters that order as text like the numbers, see `_mark_time`), match_id, t.
+#: t counts the board-window's time unit (registry.layout). A sum saturates at the key's
+#: exact limit (+-(2^53 - 1), or 2^53 / 2^time_bits - 1 with earliest ties), as in the batch.
 FOLD_SCRIPT = """
 -- C holds, per writer, the seqs this board-window folded past the writer's floor (ARGV[10]:
 -- every file of the writer up to it is folded everywhere), as text 's,s,...'.
@@ -84,17 +86,32 @@ local M, T, L, B = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local guard = redis.call('EXISTS', B) == 1  -- a ban raced the client's filter
 local function banned(p) return guard and redis.call('SISMEMBER', B, p) == 1 end
 local F = '([^\\n]*)\\n'
+local limit = 9007199254740991
+if earliest then limit = math.floor(9007199254740992 / span) - 1 end
+local function clamp(s)
+  if s > limit then return limit elseif s < -limit then return -limit end
+  return s
+end
 if agg == 'sum' and not earliest then
   -- The sort key is sign * score: a (signed) delta is one ZINCRBY. A based player not yet
-  -- in M (XX: no update) is touched for the first time: it starts from its base key.
+  -- in M (XX: no update) is touched for the first time: it starts from its base key. A
+  -- total past the limit saturates (exact: below it every partial sum is exact).
   for p, base, delta in string.gmatch(ARGV[8], F .. F .. F) do
-    if not banned(p) and not redis.call('ZADD', M, 'XX', 'INCR', delta, p) then
-      redis.call('ZADD', T, base, p)
-      redis.call('ZADD', M, tonumber(base) + tonumber(delta), p)
+    if not banned(p) then
+      local v = redis.call('ZADD', M, 'XX', 'INCR', delta, p)
+      if not v then
+        redis.call('ZADD', T, base, p)
+        redis.call('ZADD', M, clamp(tonumber(base) + tonumber(delta)), p)
+      elseif math.abs(tonumber(v)) > limit then
+        redis.call('ZADD', M, clamp(tonumber(v)), p)
+      end
     end
   end
   for p, delta in string.gmatch(ARGV[9], F .. F) do
-    if not banned(p) then redis.call('ZINCRBY', M, delta, p) end
+    if not banned(p) then
+      local v = tonumber(redis.call('ZINCRBY', M, delta, p))
+      if math.abs(v) > limit then redis.call('ZADD', M, clamp(v), p) end
+    end
   end
 else
   local function decode(key)
@@ -126,9 +143,9 @@ else
       if cur then
         local s, t0 = decode(cur)
         if t0 > t then t = t0 end
-        new = encode(s + delta, t)
+        new = encode(clamp(s + delta), t)
       else
-        new = encode(delta, t)
+        new = encode(clamp(delta), t)
       end
     elseif agg == 'max' or agg == 'min' then
       local pts, t = tonumber(a), tonumber(b)
@@ -367,15 +384,18 @@ def plan_updates(table: pa.Table, registry: Registry,
             counts = applies & found.in_window & (landed_us <= deadlines[day_index])
             if not counts.any():
                 continue
-            bits = calendar.time_bits(kind) if board.ties == "earliest" else 0
+            layout = registry.layout(board, kind)
+            bits = layout.time_bits
+            t_of = found.t(layout.unit_us or 1_000_000)
             for window, chunk in found.split(np.flatnonzero(counts)):
                 if board.aggregation == "sum":
                     update = _sum(board, window, bits, chunk, player_code, player_names,
-                                  points, found.t if board.ties == "earliest" else None)
+                                  points, t_of if board.ties == "earliest" else None,
+                                  layout.limit)
                 else:
                     update = _ranked(board, window, bits, pa.table({
                         "player": players.take(pa.array(chunk)),
-                        "points": pa.array(points[chunk]), "t": pa.array(found.t[chunk]),
+                        "points": pa.array(points[chunk]), "t": pa.array(t_of[chunk]),
                         "us": pa.array(event_us[chunk]), "match": matches.take(pa.array(chunk)),
                     }))
                 updates.append(update)
@@ -395,16 +415,16 @@ class _KindWindows:
                                                               return_inverse=True)
         self._window_of = window_of_day[day_index]
         self._day_index, self._event_us = day_index, event_us
-        self._t: np.ndarray | None = None
+        self._offsets: np.ndarray | None = None
 
-    @property
-    def t(self) -> np.ndarray:
-        """Per row: seconds since its window's start (the `earliest` tie-break)."""
-        if self._t is None:
+    def t(self, unit_us: int) -> np.ndarray:
+        """Per row: time since its window's start in units of `unit_us` (the `earliest`
+        tie-break; see registry.layout)."""
+        if self._offsets is None:
             starts = np.array([epoch_us(w.start) if w else 0 for w in self.windows],
                               dtype=np.int64)
-            self._t = (self._event_us - starts[self._day_index]) // 1_000_000
-        return self._t
+            self._offsets = self._event_us - starts[self._day_index]
+        return self._offsets // unit_us
 
     def split(self, rows: np.ndarray) -> Iterator[tuple[Window, np.ndarray]]:
         """(window, its rows) for the given rows, in window order."""
@@ -420,14 +440,33 @@ class _KindWindows:
             yield window, chunk
 
 
+def _exact_sums(codes: np.ndarray, points: np.ndarray, size: int, present: np.ndarray,
+                limit: int) -> np.ndarray:
+    """Per present player code, the sum of its points saturated at +-limit, exactly.
+
+    float64 sums are exact while every partial sum stays below 2^53 in magnitude, which a
+    bound on |points| * rows proves for nearly every file; otherwise (huge bounds) the file is
+    summed in Python integers.
+    """
+    sums = np.bincount(codes, weights=points, minlength=size)[present]
+    if len(points) == 0 or float(np.abs(points).max()) * len(points) < 2.0**52:
+        return np.asarray(np.clip(sums.astype(np.int64), -limit, limit), dtype=np.int64)
+    exact = dict.fromkeys(present.tolist(), 0)
+    for code, value in zip(codes.tolist(), points.tolist(), strict=True):
+        exact[code] += value
+    return np.array([max(-limit, min(limit, exact[c])) for c in present.tolist()],
+                    dtype=np.int64)
+
+
 def _sum(board: Board, window: Window, bits: int, rows: np.ndarray, player_code: np.ndarray,
-         player_names: pa.Array, points: np.ndarray, t_of: np.ndarray | None) -> Update:
+         player_names: pa.Array, points: np.ndarray, t_of: np.ndarray | None,
+         limit: int) -> Update:
     codes = player_code[rows]
     size = len(player_names)
     seen = np.bincount(codes, minlength=size) > 0
     present = np.flatnonzero(seen)
-    # float64 sums are exact: |sum| stays far below 2^53 (bounded points per event).
-    sums = np.bincount(codes, weights=points[rows], minlength=size)[present].astype(np.int64)
+    # Saturated at the key's limit, as the batch does (leaderboard.sortkey.saturate).
+    sums = _exact_sums(codes, points[rows], size, present, limit)
     if board.ties != "earliest":
         # The sort key is sign * score: send the key's delta, which ZINCRBY takes as is.
         return Update(board, window, bits, player_names.take(pa.array(present)),
@@ -452,11 +491,23 @@ def _ranked(board: Board, window: Window, bits: int, chunk: pa.Table) -> Update:
     columns = {"points": _text(grouped.column("points_first").combine_chunks()),
                "t": _text(grouped.column("t_first").combine_chunks())}
     if board.aggregation == "last":
-        columns["us"] = pc.utf8_lpad(_text(grouped.column("us_first").combine_chunks()), 20,
-                                     "0")
+        columns["us"] = _mark_time(grouped.column("us_first").combine_chunks())
         columns["match"] = grouped.column("match_first").combine_chunks()
     return Update(board, window, bits, grouped.column("player").combine_chunks(),
                   [columns[name] for name in value_fields(board)])
+
+
+def _mark_time(us: pa.Array) -> pa.Array:
+    """Event times (us since 1970) as 20-character texts that order as text like the numbers
+    do, before 1970 too (FOLD_SCRIPT compares `last` marks as text): t >= 0 zero-padded;
+    t < 0 as '-' and 10^18 + t zero-padded to 19 digits ('-' sorts before every digit, and
+    years 1-9999 lie within 10^18 us of 1970)."""
+    values = np.asarray(pc.cast(us, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+    negative = values < 0
+    text = pc.utf8_lpad(_text(np.where(negative, values + 10**18, values)), 20, "0")
+    if negative.any():
+        text = pc.if_else(pa.array(negative), pc.utf8_replace_slice(text, 0, 1, "-"), text)
+    return text
 
 
 def _lines(columns: Sequence[pa.Array | str]) -> bytes:
@@ -502,13 +553,12 @@ class BaseKeys:
                     # last_match_id) -- on a `last` board reached_at is that same instant.
                     # Versions published before the column lack the match ('us|'): a speed
                     # event at the very same instant then wins the tie.
-                    latest = _text(pc.cast(table.column("last_event_at"), pa.int64())
-                                   .combine_chunks())
+                    latest = _mark_time(pc.cast(table.column("last_event_at"), pa.int64())
+                                        .combine_chunks())
                     last_match = (pc.fill_null(table.column("last_match_id"), "")
                                   .combine_chunks() if "last_match_id" in table.column_names
                                   else pa.array([""] * table.num_rows, pa.string()))
-                    marks = pc.binary_join_element_wise(pc.utf8_lpad(latest, 20, "0"),
-                                                        last_match, "|")
+                    marks = pc.binary_join_element_wise(latest, last_match, "|")
                 players = table.column("player_id").to_pylist()
                 found = _BaseWindow(dict(zip(players, range(len(players)), strict=True)),
                                     _text(table.column("sort_key").combine_chunks()), marks)

@@ -105,10 +105,15 @@ def write_registry(path: Path, raw: dict) -> None:
     lines = []
     for key in ("regions", "modes"):
         lines.append(f"{key} = {raw[key]!r}".replace("'", '"'))
-    for table in ("limits", "board_defaults"):
+    for table in ("calendar", "limits", "board_defaults"):
         if table in raw:
             lines.append(f"[{table}]")
             for k, v in raw[table].items():
+                if k == "seasons":  # a list of {id, start, end}: inline tables
+                    v = "[" + ", ".join("{" + ", ".join(f'{f} = "{s[f]}"' for f in s) + "}"
+                                        for s in v) + "]"
+                    lines.append(f"{k} = {v}")
+                    continue
                 lines.append(f"{k} = {v!r}".replace("'", '"'))
     for board in raw["boards"]:
         lines.append("[[boards]]")

@@ -112,17 +112,19 @@ def reference_standings(
     for (board_name, window_id), players in groups.items():
         board = registry.board(board_name)
         window = windows[(board_name, window_id)]
-        bits = calendar.time_bits(window.kind) if board.ties == "earliest" else 0
+        layout = registry.layout(board, window.kind)
         entries = []
         for player_id, state in players.items():
             if player_id in banned:
                 continue
-            if board.aggregation == "sum":
-                score, reached = state["sum"], state["last"]
+            if board.aggregation == "sum":  # saturates at the key's limit
+                score = max(-layout.limit, min(layout.limit, state["sum"]))
+                reached = state["last"]
             else:
                 score, reached = state["best"]["points"], state["best"]["event_time"]
-            t = (reached - window.start) // timedelta(seconds=1)
-            key = encode(score, order=board.order, ties=board.ties, t=t, time_bits=bits)
+            t = (reached - window.start) // timedelta(microseconds=layout.unit_us or 1)
+            key = encode(score, order=board.order, ties=board.ties, t=t,
+                         time_bits=layout.time_bits)
             entries.append((key, player_id, score, reached, state))
         entries.sort(key=lambda e: (-e[0], e[1]))
         total = len(entries)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from leaderboard.calendar import WINDOW_KINDS, Calendar, Season
 from leaderboard.registry import AGGREGATIONS, ORDERS, TIE_POLICIES, Registry, parse_registry
-from leaderboard.sortkey import max_abs_score
+from leaderboard.sortkey import MAX_EXACT, UNITS_US, choose_layout, max_abs_score
 
 __all__ = [
     "FIXED_NOW",
@@ -33,6 +33,8 @@ __all__ = [
     "explicit_seasons",
     "garbage_rows",
     "instants",
+    "limit_registry_raws",
+    "limit_worlds",
     "match_events",
     "match_ids",
     "midnight",
@@ -231,10 +233,13 @@ def registry_raws(
             windows.append("all-time")
         ties = draw(tie_policies())
         low, high = draw(_bounds(ties, windows, calendar))
+        aggregation = draw(aggregations())
+        if not _layouts_fit(ties, aggregation, low, high, windows, calendar):
+            low = 0  # one sign: no headroom needed beyond one event (sums saturate)
         boards.append({
             "scope": scope,
             "windows": windows,
-            "aggregation": draw(aggregations()),
+            "aggregation": aggregation,
             "order": draw(orders()),
             "ties": ties,
             "min_points": low,
@@ -249,6 +254,18 @@ def registry_raws(
                    "retention_days": 30},
         "boards": boards,
     }
+
+
+def _layouts_fit(ties: str, aggregation: str, low: int, high: int, windows: list[str],
+                 calendar: Calendar) -> bool:
+    """Whether registry load accepts these bounds (leaderboard.sortkey.choose_layout)."""
+    try:
+        for window in windows:
+            choose_layout(ties=ties, aggregation=aggregation, min_points=low, max_points=high,
+                          bits_for_unit={u: calendar.time_bits(window, u) for u in UNITS_US})
+    except ValueError:
+        return False
+    return True
 
 
 def _season(raw: dict[str, str]) -> Season:
@@ -478,3 +495,106 @@ def percentile_boards(draw: st.DrawFn, max_players: int = 40) -> dict[str, Any]:
     speed = {p: draw(st.none() | score) for p in players if draw(st.booleans())}
     return {"order": draw(orders()), "ties": draw(tie_policies()), "base": base,
             "speed": speed}
+# -- worlds at the limits (registry drawn too) ---------------------------------------------
+
+#: Eras the limit worlds' events come from: a year end with ISO week 2026-W53, a quarter
+#: boundary and a month boundary; and, for calendars that start before 1970, the 1960s.
+_MODERN = (datetime(2026, 12, 24, tzinfo=UTC), datetime(2027, 1, 6, tzinfo=UTC))
+_OLD = (datetime(1964, 12, 27, tzinfo=UTC), datetime(1965, 1, 4, tzinfo=UTC))
+
+
+@st.composite
+def _limit_bounds(draw: st.DrawFn, ties: str, aggregation: str, windows: list[str],
+                  calendar: Calendar) -> tuple[int, int]:
+    """(min_points, max_points) at the edge of what registry load accepts: the exact limit
+    of a window's key, 2^53 - 1, small, one-signed or of both signs."""
+    limits = [choose_layout(ties=ties, aggregation="max", min_points=0, max_points=0,
+                            bits_for_unit={u: calendar.time_bits(w, u) for u in UNITS_US}).limit
+              for w in windows]
+    seconds = min(max_abs_score("earliest", calendar.time_bits(w)) for w in windows) \
+        if ties == "earliest" else MAX_EXACT
+    high = draw(st.sampled_from(sorted({3, 1000, seconds, min(limits), 2**33, 2**53 - 1})))
+    high = min(high, seconds)
+    low = draw(st.sampled_from([0, 0, -1, -high, -3]))
+    low = max(low, -high)
+    for candidate in ((low, high), (0, high), (0, min(high, 1000)), (0, 3)):
+        if _layouts_fit(ties, aggregation, *candidate, windows, calendar):
+            return candidate
+    raise AssertionError("a registry with bounds 0..3 always loads")
+
+
+@st.composite
+def limit_registry_raws(draw: st.DrawFn) -> dict[str, Any]:
+    """A registry at the limits: one or two boards per mode (so each board's bounds can be
+    reached by events of its mode alone), every aggregation, order and tie policy, explicit
+    or quarterly seasons, grace down to 0, all_time_start possibly before 1970 and an
+    all_time_end possibly close enough to buy finer `earliest` units."""
+    start = draw(st.sampled_from([date(1870, 1, 1), date(1964, 1, 1), date(1970, 1, 1),
+                                  date(2020, 1, 1)]))
+    end = draw(st.sampled_from([date(2200, 1, 1), date(2030, 1, 1), date(9999, 1, 1)]))
+    calendar_raw: dict[str, Any] = {"all_time_start": start.isoformat(),
+                                    "all_time_end": end.isoformat()}
+    seasons = None
+    if draw(st.booleans()):
+        calendar_raw["season"] = "explicit"
+        calendar_raw["seasons"] = draw(explicit_seasons(start=date(2026, 9, 1), max_seasons=4))
+        seasons = tuple(_season(s) for s in calendar_raw["seasons"])
+    else:
+        calendar_raw["season"] = "quarterly"
+    calendar = Calendar(seasons, start, end)
+    modes = ["a", "b", "c"]
+    boards = []
+    for mode in modes:
+        for index in range(draw(st.integers(1, 2))):
+            ties = draw(tie_policies())
+            aggregation = draw(aggregations())
+            windows = draw(_window_lists())
+            if draw(st.booleans()) and "all-time" not in windows:
+                windows.append("all-time")
+            low, high = draw(_limit_bounds(ties, aggregation, windows, calendar))
+            boards.append({
+                "scope": f"mode:{mode}", "name": f"{mode}{index}:{aggregation}",
+                "windows": windows, "aggregation": aggregation, "order": draw(orders()),
+                "ties": ties, "min_points": low, "max_points": high,
+                "grace": draw(st.sampled_from(["0s", "0s", "1h", "2d", "7d"])),
+            })
+    return {"regions": ["r"], "modes": modes, "calendar": calendar_raw,
+            "limits": {"future_skew": "5m", "idempotency_horizon": "24h"}, "boards": boards}
+
+
+@st.composite
+def limit_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
+    """Events for a limit registry: points at each board's bounds (and 0, 1), times around
+    the 2026/27 year end and, where the calendar allows, in the 1960s (folded by the speed
+    layer, counted only in all-time), several players reaching a score within one second or
+    one millisecond; re-deliveries, lateness up to days, and a batch day D."""
+    players = draw(player_pools(min_size=2, max_size=5))
+    old = registry.calendar.all_time_start <= _OLD[0].date()
+    anchors = draw(st.lists(instants(*_MODERN), min_size=1, max_size=4))
+    if old:
+        anchors += draw(st.lists(instants(*_OLD), min_size=1, max_size=2))
+    events: list[dict[str, Any]] = []
+    for number in range(draw(st.integers(1, 24))):
+        mode = draw(st.sampled_from(registry.modes))
+        low, high = _points_range(registry, "r", mode)
+        points = draw(st.sampled_from(sorted({low, high, 0, 1, min(high, 3), max(low, -3)})))
+        anchor = draw(st.sampled_from(anchors))
+        at = anchor + draw(st.sampled_from([timedelta(0), timedelta(microseconds=1),
+                                            timedelta(microseconds=400),
+                                            timedelta(milliseconds=300), timedelta(hours=5)]))
+        landed = max(at, _MODERN[0]) + draw(st.sampled_from(
+            [timedelta(0), timedelta(minutes=30), timedelta(hours=20), timedelta(days=3)]))
+        event = {"match_id": f"m{number}", "player_id": draw(st.sampled_from(players)),
+                 "points": points, "event_time": at, "region": "r", "mode": mode,
+                 "server_id": "s1", "ingested_at": landed}
+        events.append(event)
+        if draw(st.integers(0, 9)) == 0:  # a re-delivery within the horizon, other points
+            events.append({**event, "points": low,
+                           "ingested_at": landed + timedelta(hours=2)})
+    events.sort(key=lambda e: e["ingested_at"])
+    bans = []
+    if draw(st.integers(0, 4)) == 0:
+        bans.append((draw(st.sampled_from(players)), "ban",
+                     draw(instants(_MODERN[0], _MODERN[1] + timedelta(days=3)))))
+    as_of = draw(st.dates(date(2026, 12, 23), date(2027, 1, 9)))
+    return {"events": events, "bans": bans, "as_of": as_of, "players": players}

@@ -23,7 +23,6 @@ from leaderboard.batch_view import open_current
 from leaderboard.manifest import list_versions, read_current
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
-from leaderboard.sortkey import SortKeyOverflow
 
 START = day("2026-11-28")
 
@@ -263,21 +262,33 @@ def test_windows_open_on_as_of_exist_even_without_data(tmp_path):
     assert ("mode:tournament", "weekly:2026-W49") in got
 
 
-def test_earliest_overflow_is_a_clear_error(tmp_path):
+def test_a_sum_past_the_exact_key_range_saturates_and_the_batch_publishes(tmp_path):
+    """Regression (issue 11.1): totals past the exact key range raised SortKeyOverflow and
+    the batch published nothing, that night and every night after. A sum now saturates at
+    the key's limit (identically in the speed layer, see tests/speed_layer/test_fold.py)."""
+    top = 2**20 - 1  # all-time with earliest ties, 1970-2200 in seconds: |score| <= 2^20 - 1
     raw = {"regions": ["na"], "modes": ["ranked"],
-           "board_defaults": {"max_points": 2**21 - 1, "ties": "earliest",
+           "board_defaults": {"max_points": top, "ties": "earliest",
                               "windows": ["daily", "all-time"]},
            "boards": [{"scope": "global"}]}
     registry = registry_from(raw)
+    assert registry.layout("global", "all-time").limit == top
     config = tmp_path / "r.toml"
     write_registry(config, raw)
-    events = [{"match_id": f"m{i}", "player_id": "a", "points": 2**21 - 1,
+    events = [{"match_id": f"m{i}", "player_id": player, "points": top,
                "event_time": START + timedelta(minutes=i), "region": "na", "mode": "ranked",
-               "server_id": "s", "ingested_at": START + timedelta(minutes=i)} for i in range(3)]
+               "server_id": "s", "ingested_at": START + timedelta(minutes=i)}
+              for i, player in enumerate(["a", "a", "a", "b", "b"])]
     land(tmp_path / "lake", registry, events)
-    with pytest.raises(SortKeyOverflow, match="does not fit an exact sort key"):
-        run_batch(settings_for(tmp_path, str(config)), date(2026, 11, 28))
-    assert read_current(tmp_path / "lake") is None
+    run_batch(settings_for(tmp_path, str(config)), date(2026, 11, 28))
+    view = open_current(tmp_path / "lake")
+    assert view is not None
+    all_time = view.standings("global", "all-time").to_pylist()
+    # Both saturate; a's latest counted event is earlier, so a ranks first.
+    assert [(r["player_id"], r["score"], r["rank"]) for r in all_time] == [
+        ("a", top, 1), ("b", top, 2)]
+    daily = view.standings("global", "daily:2026-11-28").to_pylist()
+    assert [(r["player_id"], r["score"]) for r in daily] == [("a", 3 * top), ("b", 2 * top)]
 
 
 @pytest.mark.parametrize("crash_at", ["rollups", "standings", "manifest"])

@@ -380,14 +380,15 @@ def test_dedupe_tie_break_compares_paths_as_given(spark, tmp_path, monkeypatch):
 
 
 @pytest.mark.spark
-def test_overflow_is_detected_like_duckdb(spark, tmp_path):
-    """A sum under `earliest` ties that outgrows the exact sort-key range is reported, by
-    both engines, for the same board-windows (and no standings are produced)."""
+def test_a_sum_past_the_key_range_saturates_like_duckdb(spark, tmp_path):
+    """A sum under `earliest` ties that outgrows the exact sort-key range saturates at the
+    limit, in both engines alike (issue 11.1: it used to stop the batch)."""
     raw = {**TIES, "board_defaults": {"min_points": 0, "max_points": 1_000_000},
            "boards": [{"scope": "global"},
                       {"scope": "global", "name": "big", "ties": "earliest",
                        "windows": ["all-time"]}]}
     registry = parse_registry(raw, source="test")
+    limit = registry.layout("big", "all-time").limit
     rows = [{"match_id": f"m{i}", "player_id": "p1" if i < 5 else f"p{i}", "points": 900_000,
              "event_time": START + timedelta(hours=i), "region": "na", "mode": "ranked",
              "server_id": "s1"} for i in range(8)]
@@ -410,15 +411,18 @@ def test_overflow_is_detected_like_duckdb(spark, tmp_path):
         pq.write_table(rollups, path)
         inputs = _standings_inputs(registry, path, rollups, as_of)
         want = duck.standings(**inputs, banned=[])
+        want_rows = want[0].read_all()
         got = spark_engine.standings(**inputs, banned=[])
+        got_rows = got[0].read_all()
     finally:
         duck.finish()
         spark_engine.finish()
         duck.close()
-    assert want[2].num_rows == got[2].num_rows == 1
-    assert got[2].schema == want[2].schema
-    assert got[2].to_pylist() == want[2].to_pylist()  # p1 on big/all-time, 4.5M points
-    assert got[0].read_all().num_rows == 0
+    assert want[2].num_rows == got[2].num_rows == 0, "no overflow: the sum saturates"
+    assert got_rows.to_pylist() == want_rows.to_pylist()
+    big = [r for r in got_rows.to_pylist() if (r["board"], r["window_id"]) == ("big", "all-time")]
+    assert (big[0]["player_id"], big[0]["score"]) == ("p1", limit)
+    assert limit < 4_500_000
     assert got[3].equals(want[3])
 
 

@@ -14,6 +14,7 @@ from strategies import dates, explicit_seasons, instants, midnight, window_kinds
 
 from leaderboard.calendar import (
     ALL_TIME,
+    ALL_TIME_END,
     DAILY,
     MONTHLY,
     SEASON,
@@ -212,6 +213,9 @@ def test_explicit_seasons_round_trip_and_gaps(seasons, offset):
 @given(day=dates(), kind=window_kinds())
 def test_window_id_round_trip(calendar, day, kind):
     window = calendar.window_on(kind, day)
+    if kind == ALL_TIME and day >= calendar.all_time_end:
+        assert window is None, "the all-time window ends at all_time_end"
+        return
     assert window is not None
     assert window.kind == kind
     assert calendar.window(window.id) == window
@@ -235,7 +239,7 @@ def test_window_id_round_trip(calendar, day, kind):
                     SEASON: {90, 91, 92}}[kind]
 
 
-@given(instant=instants(datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC)),
+@given(instant=instants(datetime(1970, 1, 1, tzinfo=UTC), datetime(2199, 12, 31, tzinfo=UTC)),
        kind=window_kinds())
 def test_window_at_contains_the_instant(calendar, instant, kind):
     window = calendar.window_at(kind, instant)
@@ -302,7 +306,26 @@ def test_all_time_window_starts_at_the_calendar_origin():
     assert window.end is None
     assert window.contains(_utc(1870, 1, 1))
     assert not window.contains(_utc(1869, 12, 31, 23, 59, 59))
-    assert window.contains(_utc(9000, 1, 1))
+    assert calendar.window_on(ALL_TIME, date(1965, 6, 1)) == window
+    assert calendar.window_on(ALL_TIME, date(2199, 12, 31)) == window
+    assert calendar.window_on(ALL_TIME, ALL_TIME_END) is None, "past its default end"
+
+
+def test_all_time_end_sizes_the_all_time_time_bits():
+    """Regression (issue 11.3): all-time keys assumed 2^32 s since all_time_start, so with
+    1870 every event after February 2006 spilled into the score bits. The bits now come from
+    the window's real length, all_time_start to all_time_end."""
+    calendar = Calendar(all_time_start=date(1870, 1, 1))
+    length = (ALL_TIME_END - date(1870, 1, 1)).days * 86400
+    assert calendar.max_length_seconds(ALL_TIME) == length
+    bits = calendar.time_bits(ALL_TIME)
+    assert 2 ** (bits - 1) < length <= 2**bits
+    assert bits > 32
+    assert calendar.time_bits(ALL_TIME, 1000) == math.ceil(math.log2(length * 1000))
+    short = Calendar(all_time_start=date(2020, 1, 1), all_time_end=date(2030, 1, 1))
+    assert short.time_bits(ALL_TIME) == math.ceil(math.log2(3653 * 86400)) == 29
+    with pytest.raises(WindowError, match="must be after"):
+        Calendar(all_time_start=date(2020, 1, 1), all_time_end=date(2020, 1, 1))
 
 
 # Window ids are documented as YYYY-...: years below 1000 are zero-padded, and a window that
@@ -489,7 +512,7 @@ def test_windows_between_tile_the_range(calendar, first, length, kind):
     (WEEKLY, 20),    # 604_800 s < 2^20
     (MONTHLY, 22),   # 31 days = 2_678_400 s < 2^22
     (SEASON, 23),    # 92 days = 7_948_800 s < 2^23
-    (ALL_TIME, 32),  # 2^32 s, ~136 years
+    (ALL_TIME, 33),  # 1970-01-01 to 2200-01-01: 7.26e9 s < 2^33
 ])
 def test_time_bits_per_kind(calendar, kind, bits):
     assert calendar.time_bits(kind) == bits
@@ -504,10 +527,11 @@ def test_time_bits_of_explicit_seasons_follow_the_longest_season():
     assert calendar.time_bits(SEASON) == math.ceil(math.log2(200 * 86400)) == 25
 
 
-@given(day=dates(date(1970, 1, 1), date(2105, 12, 31)), kind=window_kinds())
+@given(day=dates(date(1970, 1, 1), date(2199, 12, 31)), kind=window_kinds())
 def test_every_second_of_a_window_fits_its_time_bits(calendar, day, kind):
     window = calendar.window_on(kind, day)
-    end = window.end if window.end is not None else window.start + timedelta(seconds=2**32)
+    end = window.end if window.end is not None else datetime.combine(
+        calendar.all_time_end, datetime.min.time(), UTC)
     last_offset = int((end - window.start).total_seconds()) - 1
     assert 0 <= last_offset < 2 ** calendar.time_bits(kind)
     assert last_offset < calendar.max_length_seconds(kind)

@@ -204,10 +204,20 @@ BAD_REGISTRIES: list[tuple[str, Callable[[dict[str, Any]], None], list[str]]] = 
     ("points bound a float", _board(0, min_points=0.5), ["`boards[0].min_points`", "0.5"]),
     ("earliest with bounds too large for all-time",
      _set("board_defaults", ties="earliest", max_points=2**21),
-     ["`boards.global`", str(2**21), "all-time", str(2**21 - 1), "ties=earliest"]),
+     ["`boards.global`", str(2**21), "all-time", str(2**20 - 1), "ties=earliest",
+      "all_time_end"]),
     ("earliest with a negative bound too large",
-     _set("board_defaults", ties="earliest", min_points=-(2**21)),
+     _set("board_defaults", ties="earliest", aggregation="max", min_points=-(2**21)),
      ["`boards.global`", str(2**21), "all-time"]),
+    ("shared with a bound past 2^53",
+     _set("board_defaults", max_points=10**17), ["`boards.global`", str(10**17), str(2**53 - 1)]),
+    ("sum of both signs without headroom",
+     _set("board_defaults", min_points=-(2**40), max_points=2**40),
+     ["`boards.global`", "both signs", str(2**40), "65536"]),
+    ("all_time_end before all_time_start", _set("calendar", all_time_end="1960-01-01"),
+     ["`calendar.all_time_end`", "1960-01-01", "1970-01-01"]),
+    ("bad all_time_end", _set("calendar", all_time_end="soon"),
+     ["`calendar.all_time_end`", "YYYY-MM-DD"]),
     ("earliest too large for a monthly window",
      _set("board_defaults", ties="earliest", windows=["daily", "monthly"],
           max_points=2**31),
@@ -307,14 +317,40 @@ def test_board_grace_inherits_limits_and_can_be_overridden(make_registry):
 
 
 def test_earliest_bounds_at_the_limit_are_accepted(make_registry):
-    limit = max_abs_score("earliest", 32)  # all-time
-    registry = make_registry(mutate=_set("board_defaults", ties="earliest", max_points=limit,
-                                         min_points=-limit))
+    limit = max_abs_score("earliest", 33)  # all-time, 1970-2200 in seconds
+    registry = make_registry(mutate=_set("board_defaults", ties="earliest", aggregation="max",
+                                         max_points=limit, min_points=-limit))
     assert registry.board("global").max_points == limit
+    assert registry.layout("global", "all-time").unit_us == 1_000_000
     daily = max_abs_score("earliest", 17)
     registry = make_registry(mutate=_set("board_defaults", ties="earliest", windows=["daily"],
                                          max_points=daily))
     assert registry.board("global").max_points == daily == 2**36 - 1
+
+
+def test_earliest_uses_the_finest_unit_the_bounds_allow(make_registry):
+    """Regression (issue 11.4): `earliest` keys counted whole seconds, so two players
+    reaching a score within the same second ranked by id. Now the unit is the finest of
+    us / ms / s whose key still holds the bounds (times SUM_HEADROOM on sum boards)."""
+    registry = make_registry(mutate=_set("board_defaults", ties="earliest", aggregation="max",
+                                         max_points=100))
+    daily = registry.layout("global", "daily")
+    assert (daily.unit_us, daily.time_bits) == (1, 37)  # 86,400,000,000 us < 2^37
+    assert daily.limit == 2**16 - 1
+    assert registry.layout("global", "all-time").unit_us == 1_000  # 7.26e12 ms < 2^43
+    summed = make_registry(mutate=_set("board_defaults", ties="earliest", max_points=10))
+    assert summed.layout("global", "daily").unit_us == 1_000  # us: the sum would cap at 65535
+    assert summed.layout("global", "all-time").unit_us == 1_000_000
+    shared = make_registry().layout("global", "daily")
+    assert (shared.time_bits, shared.limit) == (0, 2**53 - 1)
+
+
+def test_the_football_registry_keys_fit(football_registry):
+    """Regression (issue 11.3): all_time_start 1870 with 2^32 s of time bits spilled into
+    the score after 2006; the bits now cover 1870 to all_time_end."""
+    calendar = football_registry.calendar
+    assert calendar.all_time_start == date(1870, 1, 1)
+    assert calendar.time_bits("all-time") == 34  # 1870-2200: 1.04e10 s
 
 
 def test_explicit_seasons(make_registry):

@@ -26,7 +26,7 @@ from strategies import (
 
 from leaderboard.registry import Registry
 from leaderboard.schema import EVENT_SCHEMA, INPUT_FIELDS, QUARANTINE_SCHEMA
-from leaderboard.sortkey import max_abs_score
+from leaderboard.sortkey import KeyLayout, max_abs_score
 from leaderboard.validation import (
     ID_PATTERN,
     MATCH_ID_PATTERN,
@@ -81,7 +81,9 @@ def overflowing(registry: Registry) -> Registry:
     only overflow with a hand-built Registry; validation keeps its own check as a second line
     of defence, and this is how it is reached."""
     board = dataclasses.replace(registry.board("global"), ties="earliest", max_points=2**40)
-    return dataclasses.replace(registry, boards=(board, *registry.boards[1:]))
+    tight = KeyLayout(32, 1_000_000, max_abs_score("earliest", 32))
+    return dataclasses.replace(registry, boards=(board, *registry.boards[1:]), layouts={
+        **registry.layouts, **{("global", kind): tight for kind in board.windows}})
 
 
 @pytest.fixture

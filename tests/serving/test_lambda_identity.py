@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from lakes import EXOTIC, registry_from, write_registry
 from oracle import reference_standings
-from strategies import lambda_worlds
+from plain_oracle import plain_standings
+from strategies import lambda_worlds, limit_registry_raws, limit_worlds
 
 from jobs.batch import run_batch
 from leaderboard.bans import write_tombstone
@@ -58,12 +59,21 @@ def _ingest(speed: SpeedLayer, lake: Path, registry, events: list[dict]) -> None
 _PERCENTS = [Decimal(y) for y in ("0.5", "1", "10", "33", "34", "50", "66.7", "99", "100")]
 
 
-def check_world(world: dict, registry_name: str, client, tmp: Path) -> None:
-    registry = REGISTRIES[registry_name]
+def check_world(world: dict, registry_name: str | dict, client, tmp: Path,
+                oracle=reference_standings) -> None:
+    """Batch of what landed before the world's watermark, speed of the rest, merged answers
+    == `oracle` on everything. `registry_name`: a name of REGISTRIES or a registry dict."""
     env = {"LEADERBOARD_DATA": str(tmp)}
-    if registry_name != "default":
-        write_registry(tmp / "registry.toml", EXOTIC)
+    if isinstance(registry_name, dict):
+        raw, registry_name = registry_name, "drawn"
+        registry = registry_from(raw)
+        write_registry(tmp / "registry.toml", raw)
         env["LEADERBOARD_CONFIG"] = str(tmp / "registry.toml")
+    else:
+        registry = REGISTRIES[registry_name]
+        if registry_name != "default":
+            write_registry(tmp / "registry.toml", EXOTIC)
+            env["LEADERBOARD_CONFIG"] = str(tmp / "registry.toml")
     settings = Settings.from_env(env)
     lake = settings.lake_dir
     client.flushall()
@@ -74,13 +84,13 @@ def check_world(world: dict, registry_name: str, client, tmp: Path) -> None:
         if at < watermark:
             write_tombstone(lake, player, action, at)
     run_batch(settings, world["as_of"])
+    assert read_current(lake) is not None, "the batch publishes"
     speed.rebase(read_current(lake))
     for player, action, at in world["bans"]:
         if at >= watermark:
             (speed.ban if action == "ban" else speed.unban)(player, at)
     served = Leaderboards(lake, registry, client, now=lambda: datetime(2026, 12, 5, tzinfo=UTC))
-    reference = reference_standings(lake, registry, None, watermark=datetime.max.replace(
-        tzinfo=UTC))
+    reference = oracle(lake, registry, None, watermark=datetime.max.replace(tzinfo=UTC))
     for (board, window_id), rows in reference.items():
         merged = served.merged(board, window_id)
         listing = [(r.player_id, r.score, r.rank) for r in rows]
@@ -135,6 +145,29 @@ def test_lambda_identity(redis_client, data, registry_name):
         check_world(world, registry_name, redis_client, Path(tmp))
 
 
+#: CI sizes the registry-drawing identity by LIMIT_EXAMPLES (.ci/run); a local run uses the
+#: hypothesis profile's count.
+LIMIT_EXAMPLES = int(os.environ.get("LIMIT_EXAMPLES", "0")) or None
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture],
+          **({"max_examples": LIMIT_EXAMPLES} if LIMIT_EXAMPLES else {}))
+@given(data=st.data())
+@pytest.mark.timeout(2400)
+def test_lambda_identity_on_drawn_registries(redis_client, data):
+    """Issue 11: the registry is drawn too (every aggregation x order x tie policy, bounds at
+    the edge of what loads, explicit seasons, grace 0, all_time_start before 1970), with
+    events at each board's bounds around the 2026/27 year end (ISO week 53, a quarter
+    boundary) and in the 1960s. The batch publishes, and merged answers (batch of part +
+    speed of the rest) equal an oracle that shares no code with the product."""
+    raw = data.draw(limit_registry_raws())
+    world = data.draw(limit_worlds(registry_from(raw)))
+    assume(not _unbanned_across_the_watermark(world))
+    with tempfile.TemporaryDirectory() as tmp:
+        check_world(world, raw, redis_client, Path(tmp), oracle=plain_standings)
+
+
 def _event(match: str, player: str, points: int, at: datetime, landed: datetime,
            mode: str = "ranked") -> dict:
     return {"match_id": match, "player_id": player, "points": points, "event_time": at,
@@ -178,6 +211,69 @@ FOUND = {
                  ("p", "ban", datetime(2026, 12, 5, tzinfo=UTC))],
         "as_of": date(2026, 12, 3), "players": ["p", "q"]}),
 }
+
+
+#: A registry at the limits (issue 11) that old releases also load: all-time from 1870, a
+#: `sum` board with earliest ties whose total saturates, a `last` board, a `max` board with
+#: earliest ties on daily windows, a shared `sum` board with 2^53 - 1 per event.
+LIMITS = {
+    "regions": ["na"], "modes": ["a", "b", "c", "d"],
+    "calendar": {"season": "quarterly", "all_time_start": "1870-01-01"},
+    "limits": {"grace": "0s"},
+    "boards": [
+        {"scope": "mode:a", "name": "sum-a", "ties": "earliest", "windows": ["weekly", "all-time"],
+         "min_points": 0, "max_points": 2**19 - 1},
+        {"scope": "mode:b", "name": "last-b", "aggregation": "last", "windows": ["all-time"],
+         "min_points": -10, "max_points": 10},
+        {"scope": "mode:c", "name": "max-c", "aggregation": "max", "ties": "earliest",
+         "windows": ["daily"], "min_points": 0, "max_points": 100},
+        {"scope": "mode:d", "name": "big-d", "windows": ["all-time"], "min_points": 0,
+         "max_points": 2**53 - 1},
+    ],
+}
+_BATCH = datetime(2026, 12, 1, 12, tzinfo=UTC)  # as_of 2026-12-01: W = 2026-12-02 00:00
+_SPEED = datetime(2026, 12, 2, 12, tzinfo=UTC)
+
+#: Regressions of issue 11, each failing on the release before it.
+FOUND_AT_THE_LIMITS = {
+    # 11.2: events of 1965 (all_time_start 1870) were folded by speed, then dropped by the
+    # batch's calendar join ("rollups count 2 events, expected 3"); `last` marks compared
+    # zero-padded text, so a 1964 event replaced the base's 1965 one.
+    "before-1970": {
+        "events": [_event("m1", "p", 500, datetime(1965, 6, 1, tzinfo=UTC), _BATCH, "a"),
+                   _event("m2", "q", 7, datetime(2026, 12, 1, tzinfo=UTC), _BATCH, "a"),
+                   _event("m3", "p", 5, datetime(1965, 3, 1, tzinfo=UTC), _BATCH, "b"),
+                   _event("m4", "p", 9, datetime(1965, 6, 2, tzinfo=UTC), _SPEED, "a"),
+                   _event("m5", "p", -7, datetime(1964, 3, 1, tzinfo=UTC), _SPEED, "b"),
+                   _event("m6", "q", 3, datetime(1963, 1, 1, tzinfo=UTC), _SPEED, "b")],
+        "bans": [], "as_of": date(2026, 12, 1), "players": ["p", "q"]},
+    # 11.1 and 11.3: totals past the exact key range saturate at the limit in both layers
+    # (they stopped the batch, or the speed layer served a rounded double).
+    "sums-saturate": {
+        "events": [_event("m1", "p", 2**19 - 1, _BATCH, _BATCH, "a"),
+                   _event("m2", "p", 2**19 - 1, _SPEED, _SPEED, "a"),
+                   _event("m3", "q", 2**53 - 1, _BATCH, _BATCH, "d"),
+                   _event("m4", "q", 2**53 - 1, _SPEED, _SPEED, "d"),
+                   _event("m5", "p", 1, _SPEED, _SPEED, "d")],
+        "bans": [], "as_of": date(2026, 12, 1), "players": ["p", "q"]},
+    # 11.4: two players reaching 50 within one second ranked by id, not by who was first.
+    "earliest-within-a-second": {
+        "events": [_event("m1", "b", 50, datetime(2026, 12, 2, 10, 0, 0, 900_000, tzinfo=UTC),
+                          _SPEED, "c"),
+                   _event("m2", "c", 50, datetime(2026, 12, 2, 10, 0, 0, 100_000, tzinfo=UTC),
+                          _SPEED, "c"),
+                   _event("m3", "a", 50, datetime(2026, 12, 1, 10, 0, 0, 500_000, tzinfo=UTC),
+                          _BATCH, "c"),
+                   _event("m4", "d", 50, datetime(2026, 12, 1, 10, 0, 0, 200_000, tzinfo=UTC),
+                          _BATCH, "c")],
+        "bans": [], "as_of": date(2026, 12, 1), "players": ["a", "b", "c", "d"]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND_AT_THE_LIMITS))
+def test_lambda_identity_at_the_limits(redis_client, tmp_path, name):
+    check_world(FOUND_AT_THE_LIMITS[name], LIMITS, redis_client, tmp_path,
+                oracle=plain_standings)
 
 
 @pytest.mark.parametrize("name", sorted(FOUND))
