@@ -15,6 +15,9 @@ Exceptions DESIGN.md allows, stated here and nowhere else:
 - *Unbanned across the watermark* (docs/architecture.md, "known limits"): a player the live
   base excludes (banned before W) who is unbanned after W is served with the events since W
   at once and the whole history from the next batch on.
+
+A player's percentile is checked as docs/architecture.md keeps it (the share at or behind the
+player, the batch's column), not design.md's share strictly behind; `Answer` has both.
 """
 
 from __future__ import annotations
