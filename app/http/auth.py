@@ -19,13 +19,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
 from app.http.errors import ApiError
 from leaderboard.settings import SettingsError
 from leaderboard.timeutil import format_instant
 from leaderboard.validation import ID_PATTERN, ID_RULE
 
-__all__ = ["SIGNATURE_WINDOW", "ApiKeys", "ServerCredential", "bearer", "check_admin",
-           "check_server", "check_signed"]
+__all__ = ["ADMIN_BEARER", "ADMIN_KEY", "SERVER_BEARER", "SERVER_KEY", "SERVER_SIGNATURE",
+           "SIGNATURE_WINDOW", "ApiKeys", "ServerCredential", "check_admin", "check_server",
+           "check_signed", "token_of"]
 
 #: How far X-Timestamp of a signed request may be from the server's clock, either way.
 SIGNATURE_WINDOW = timedelta(minutes=5)
@@ -134,19 +137,32 @@ class ApiKeys:
                                                                   key.encode())
 
 
-def bearer(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, if that is what it holds."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+#: The credentials as OpenAPI security schemes (Swagger's Authorize button; Schemathesis
+#: checks each is enforced). Each is optional on its own: a route requires one of them.
+SERVER_BEARER = HTTPBearer(scheme_name="serverBearer", auto_error=False,
+                           description="a game server's API key as `Authorization: Bearer`")
+SERVER_KEY = APIKeyHeader(name="X-API-Key", scheme_name="serverKey", auto_error=False,
+                          description="a game server's API key")
+SERVER_SIGNATURE = APIKeyHeader(
+    name="X-Signature", scheme_name="serverSignature", auto_error=False,
+    description="`sha256=<hex HMAC-SHA256 of '<X-Timestamp>.<body>'>` under the server's "
+                "secret, with X-Server-Id and X-Timestamp (Unix seconds, within 5 minutes)")
+ADMIN_BEARER = HTTPBearer(scheme_name="adminBearer", auto_error=False,
+                          description="the admin key as `Authorization: Bearer`")
+ADMIN_KEY = APIKeyHeader(name="X-Admin-Key", scheme_name="adminKey", auto_error=False,
+                         description="the admin key")
 
 
-def check_server(keys: ApiKeys, authorization: str | None, x_api_key: str | None,
-                 signed: bool) -> str | None:
+def token_of(bearer: HTTPAuthorizationCredentials | None, key: str | None) -> str | None:
+    """The credential sent: a bearer token wins over the key header, as documented."""
+    if bearer is not None and bearer.credentials.strip():
+        return bearer.credentials.strip()
+    return key
+
+
+def check_server(keys: ApiKeys, token: str | None, signed: bool) -> str | None:
     """The server an API key names (None: the request is signed instead, and the signature
     is checked once the body is read). 401 without any credential, 403 for a wrong key."""
-    token = bearer(authorization) or x_api_key
     if token is None and not signed:
         raise ApiError(401, "unauthenticated",
                        "send the server's API key (Authorization: Bearer <key> or "
@@ -189,9 +205,8 @@ def check_signed(keys: ApiKeys, server_id: str, timestamp: str | None, signature
     return server_id
 
 
-def check_admin(keys: ApiKeys, authorization: str | None, x_admin_key: str | None) -> None:
+def check_admin(keys: ApiKeys, token: str | None) -> None:
     """401 without a key, 403 unless it is the admin key."""
-    token = bearer(authorization) or x_admin_key
     if token is None:
         raise ApiError(401, "unauthenticated", "send the admin key (Authorization: Bearer "
                                                "<key> or X-Admin-Key)",

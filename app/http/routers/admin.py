@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Request, Security
 from fastapi.exceptions import RequestValidationError
+from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field, ValidationError
 
-from app.http.auth import check_admin
+from app.http.auth import ADMIN_BEARER, ADMIN_KEY, check_admin, token_of
 from app.http.errors import documented
 from app.http.service import Service, ServiceDep
 from leaderboard.validation import ID_PATTERN, ID_RULE
@@ -32,9 +33,10 @@ class PlayerAction(BaseModel):
 
 
 async def _admin(service: ServiceDep,
-                 authorization: Annotated[str | None, Header()] = None,
-                 x_admin_key: Annotated[str | None, Header()] = None) -> Service:
-    check_admin(service.config.keys, authorization, x_admin_key)
+                 bearer: Annotated[HTTPAuthorizationCredentials | None,
+                                   Security(ADMIN_BEARER)] = None,
+                 x_admin_key: Annotated[str | None, Security(ADMIN_KEY)] = None) -> Service:
+    check_admin(service.config.keys, token_of(bearer, x_admin_key))
     return service
 
 

@@ -7,11 +7,19 @@ import json
 from typing import Annotated, Any
 
 import pyarrow as pa
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Request, Security
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
-from app.http.auth import check_server, check_signed
+from app.http.auth import (
+    SERVER_BEARER,
+    SERVER_KEY,
+    SERVER_SIGNATURE,
+    check_server,
+    check_signed,
+    token_of,
+)
 from app.http.config import MAX_BATCH_ROWS
 from app.http.errors import ApiError, documented
 from app.http.service import ServiceDep
@@ -180,17 +188,19 @@ def _batch_table(events: list[Any], server_id: str, source: str
 async def ingest(
     service: ServiceDep,
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
-    x_server_id: Annotated[str | None, Header()] = None,
-    x_signature: Annotated[str | None, Header()] = None,
-    x_timestamp: Annotated[str | None, Header()] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(SERVER_BEARER)] = None,
+    x_api_key: Annotated[str | None, Security(SERVER_KEY)] = None,
+    x_signature: Annotated[str | None, Security(SERVER_SIGNATURE)] = None,
+    x_server_id: Annotated[str | None, Header(description="the signing server (with "
+                                                          "X-Signature)")] = None,
+    x_timestamp: Annotated[str | None, Header(description="Unix seconds the signature "
+                                                          "covers (with X-Signature)")] = None,
 ) -> Response:
     """Validate, land and fold the rows exactly as `leaderboard ingest` does: retries
     within the idempotency horizon are dropped at the door, invalid rows are
     quarantined and answered with their reasons, the valid rows beside them land."""
     keys = service.config.keys
-    server_id = check_server(keys, authorization, x_api_key,
+    server_id = check_server(keys, token_of(bearer, x_api_key),
                              signed=bool(x_server_id and x_signature))
     body = await _read_body(request, service.config.max_body_bytes)
     if server_id is None:
