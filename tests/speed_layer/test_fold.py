@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
 from oracle import reference_standings
 
@@ -138,3 +141,17 @@ def test_base_marks_of_last_boards_are_the_latest_event_and_its_match(tmp_path):
     old = marks(BatchView(lake, read_current(lake)))
     assert old == {k: {p: (key, mark.split("|")[0] + "|") for p, (key, mark) in v.items()}
                    for k, v in got.items()}
+
+
+@given(st.lists(st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999), min_size=1,
+                max_size=50))
+def test_last_marks_order_as_text_like_the_times(times):
+    """Regression (issue 11.2): `last` marks were zero-padded text, so before 1970 ('-...')
+    a 1964 event compared as later than a 1965 one. Marks of any times in years 1-9999
+    order as text exactly as the times do, and all have one length."""
+    from speed_layer.fold import _mark_time
+
+    marks = _mark_time(pa.array(times, pa.int64())).to_pylist()
+    assert {len(m) for m in marks} == {20}
+    assert sorted(marks) == [marks[i] for i in sorted(range(len(times)), key=times.__getitem__)]
+    assert len(set(marks)) == len(set(times))
