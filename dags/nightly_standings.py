@@ -180,23 +180,21 @@ def nightly_standings() -> None:
             raise ValueError(f"raw events through {gone} were deleted by retention: the night "
                              f"of {day} cannot be recomputed (its standings stay in the history)")
         engine = params["engine"]
-        saved = os.environ.get("SPARK_MASTER")
-        master = _spark_master_from(params["spark_conn_id"]) if engine == "spark" else None
-        if master and not saved:
-            os.environ["SPARK_MASTER"] = master
-            log.info("Spark master %s from connection %s", master, params["spark_conn_id"])
+        # The worker's SPARK_MASTER wins; else the connection's master, handed to the engine
+        # as a parameter (the process environment is left alone).
+        master = os.environ.get("SPARK_MASTER") or None
+        if engine == "spark" and master is None:
+            master = _spark_master_from(params["spark_conn_id"])
+            if master:
+                log.info("Spark master %s from connection %s", master, params["spark_conn_id"])
         drill = os.environ.get(FAIL_FIRST_TRY_AT) if context["ti"].try_number == 1 else None
-        try:
-            with faults.injected(drill, faults.fail) if drill else nullcontext():
-                result = run_batch(settings, day, engine=engine, full=bool(params["full"]),
-                                   step=lambda message: log.info("%s", message),
-                                   publish=False)
-        finally:
-            if master and not saved:
-                os.environ.pop("SPARK_MASTER", None)
+        with faults.injected(drill, faults.fail) if drill else nullcontext():
+            result = run_batch(settings, day, engine=engine, full=bool(params["full"]),
+                               step=lambda message: log.info("%s", message), publish=False,
+                               spark_master=master if engine == "spark" else None)
         return {"version": result.manifest.version, "as_of": as_of, "mode": result.mode,
                 "engine": result.manifest.engine, "new_events": result.events,
-                "spark_master": master or saved}
+                "spark_master": master if engine == "spark" else None}
 
     @task
     def validate(batch: dict[str, Any]) -> str:

@@ -28,13 +28,21 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.publish import PublishError, RewindRefused, StandingsWriter, seal
-from jobs.spec import ROLLUP_SCHEMA, board_window_spec, calendar_table, lateness_bits
+from jobs.spec import (
+    ROLLUP_SCHEMA,
+    LatenessBit,
+    StandingsResult,
+    board_window_spec,
+    calendar_table,
+    lateness_bits,
+)
 from leaderboard.bans import banned_players
 from leaderboard.binding import bind_registry
 from leaderboard.calendar import ALL_TIME
 from leaderboard.faults import checkpoint
 from leaderboard.lake import (
     ROW_GROUP_SIZE,
+    LandedFile,
     absorbed_with_compactions,
     landed_files,
     stamp_range,
@@ -68,8 +76,7 @@ class Engine(Protocol):
     def merge_rollups(self, old: pa.Table, delta: pa.Table) -> pa.Table: ...
 
     def standings(self, rollups: pa.Table, *, spec: pa.Table, calendar: pa.Table,
-                  needed: pa.Table, banned: list[str]
-                  ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table, pa.Table]: ...
+                  needed: pa.Table, banned: list[str]) -> StandingsResult: ...
 
     def finish(self) -> None: ...
 
@@ -86,7 +93,8 @@ class BatchResult:
     seconds: float
 
 
-def open_engine(name: str) -> Engine:
+def open_engine(name: str, *, spark_master: str | None = None) -> Engine:
+    """An engine by name; `spark_master` is the Spark engine's master (ignored by DuckDB)."""
     if name == "duckdb":
         from jobs.duckdb_engine import DuckDBEngine
 
@@ -94,7 +102,7 @@ def open_engine(name: str) -> Engine:
     if name == "spark":
         from jobs.spark_engine import SparkEngine
 
-        return SparkEngine()
+        return SparkEngine(master=spark_master)
     raise ValueError(f"unknown engine {name!r}; use duckdb or spark")
 
 
@@ -265,25 +273,91 @@ def run_batch(
     step: Step | None = None,
     publish: bool = True,
     allow_rewind: bool = False,
+    spark_master: str | None = None,
 ) -> BatchResult:
     """Compute, check and publish version as_of. Safe to rerun: same inputs, same standings.
 
-    Fault checkpoints (`leaderboard.faults`): batch.rollups, batch.standings, batch.checks,
-    batch.manifest.
+    The run goes through its milestones in order, each a function of its own: plan (which
+    files, which base version, full or incremental), roll up, rank and write, check and
+    write the manifest, publish. Fault checkpoints (`leaderboard.faults`): batch.rollups,
+    batch.standings, batch.checks, batch.manifest.
     `publish=False` writes and seals the version but leaves `current.json` alone (the DAG
     validates it, then publishes it in a task of its own). Publishing a night older than the
     live version's is refused (RewindRefused, before any work) unless `allow_rewind`.
+    `spark_master`: the master for the Spark engine (default: SPARK_MASTER, else local).
     """
-    started = datetime.now(UTC)
     say = step or (lambda _message: None)
     lake = settings.lake_dir
     if publish and not allow_rewind:
         RewindRefused.check(lake, as_of)
     registry = settings.registry
-    engine_name = engine or settings.engine
+    plan = _plan(lake, registry, as_of, full=full, say=say)
+    eng = open_engine(engine or settings.engine, spark_master=spark_master)
+    try:
+        say(f"{plan.mode} run as of {as_of} on {eng.name}: reading {len(plan.files)} landed "
+            "file(s)")
+        rolled = _roll_up(eng, lake, plan, say)
+        ranked = _rank(eng, lake, registry, plan, rolled, say)
+        say("checking the version")
+        checkpoint("batch.checks")
+        manifest = _checked_manifest(lake, registry, plan, rolled, ranked, eng.name)
+        seal([lake / p for p in {e["path"] for e in rolled.rollups.values()}]
+             + ranked.writer.paths)
+        write_version(lake, manifest, rollups=_rollup_table(rolled.rollups),
+                      standings=ranked.standings)
+        checkpoint("batch.manifest")
+        if publish:
+            if not allow_rewind:
+                RewindRefused.check(lake, as_of)  # a later night published meanwhile
+            swap_current(lake, manifest.version)
+            say(f"published version {manifest.version}")
+    finally:
+        eng.close()
+    seconds = (datetime.now(UTC) - plan.started).total_seconds()
+    return BatchResult(manifest, plan.mode, rolled.counted, len(ranked.needed), ranked.rows,
+                       seconds)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a run reads and builds on, decided before the engine starts."""
+
+    as_of: date
+    run: str  # the version id
+    started: datetime
+    watermark: datetime
+    files: list[LandedFile]  # every landed file with ingest_date <= as_of
+    base: Manifest | None  # the version an incremental run builds on; None: full
+    mode: str  # "full" | "incremental"
+    calendar: pa.Table
+    bits: list[LatenessBit]
+    banned: set[str]
+
+
+@dataclass(frozen=True)
+class _Rolled:
+    """The version's rollups after this run: event date -> file entry."""
+
+    rollups: dict[str, dict[str, Any]]
+    changed: list[date]  # event dates that received new rows
+    counted: int  # events newly absorbed
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """The standings written by this run and the version's whole standings index."""
+
+    writer: StandingsWriter
+    rows: int  # standings rows written
+    needed: set[tuple[str, str]]  # board-windows rebuilt
+    standings: pa.Table  # STANDINGS_INDEX_SCHEMA: kept windows and fresh ones
+
+
+def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step) -> _Plan:
+    """Full or incremental, on which files, with which calendar and bans."""
+    started = datetime.now(UTC)
     watermark = watermark_for(as_of)
     run = f"{as_of.isoformat()}.{started.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}"
-
     files = [f for f in landed_files(lake) if f.ingest_date <= as_of]
     previous = None if full else _previous(lake, as_of, registry)
     mode = "full"
@@ -297,158 +371,159 @@ def run_batch(
             say(f"{len(late_landed)} file(s) landed into partitions the previous version had "
                 "already closed (a backfill): recomputing in full")
     base = previous if mode == "incremental" else None
-
-    bits = lateness_bits(registry)
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     if files:
         first_day = min(first_day, _earliest_event_date(files, registry.calendar.all_time_start))
     if base is not None:  # raw events of old dates may be gone (retention); rollups are not
         first_day = min(first_day, _earliest_rollup_date(lake, base))
-    calendar = calendar_table(registry, first_day, as_of + timedelta(days=1))
-    banned = banned_players(lake, before=watermark)
-    eng = open_engine(engine_name)
-    try:
-        say(f"{mode} run as of {as_of} on {eng.name}: reading {len(files)} landed file(s)")
-        if base is None:
-            delta, counted = eng.rollup_events(
-                [str(f.path) for f in files], watermark=watermark, since=None, absorbed=[],
-                calendar=calendar, bits=bits)
-            say(f"deduped and rolled up {counted:,} events into {delta.num_rows:,} rollup rows")
-            checkpoint("batch.rollups")
-            rollups = _write_rollups(lake, delta, run)
-            changed = _rollup_dates(delta)
-        else:
-            # New partitions, plus absorbed (backfill) files that also hold rows stamped at
-            # or after the old watermark: the engine takes only rows in [since, watermark).
-            new_files = [str(f.path) for f in files if f.ingest_date > base.as_of_date
-                         or stamp_range(f.path)[1] >= base.watermark_at]
-            absorbed_files = [str(lake / p) for p in sorted(absorbed_with_compactions(
-                lake, base.inputs.get("files", {}))) if (lake / p).exists()]
-            delta, counted = eng.rollup_events(
-                new_files, watermark=watermark, since=base.watermark_at,
-                absorbed=absorbed_files, calendar=calendar, bits=bits)
-            changed = _rollup_dates(delta)
-            say(f"{counted:,} new events since {base.as_of} touch {len(changed)} event date(s)")
-            rollups = base.rollups(lake)
-            merged = eng.merge_rollups(
-                _rollup_index(lake, rollups, [d.isoformat() for d in changed]), delta)
-            checkpoint("batch.rollups")
-            rollups.update(_write_rollups(lake, merged, run))
+    return _Plan(
+        as_of=as_of, run=run, started=started, watermark=watermark, files=files, base=base,
+        mode=mode, calendar=calendar_table(registry, first_day, as_of + timedelta(days=1)),
+        bits=lateness_bits(registry), banned=banned_players(lake, before=watermark))
 
-        all_dates = sorted(date.fromisoformat(d) for d in rollups)
-        previous_banned = set(base.inputs.get("banned", [])) if base is not None else None
-        if base is None or previous_banned != banned:
-            needed = plan_windows(registry, all_dates, as_of)
-        else:
-            needed = plan_windows(registry, changed, as_of)
-        needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
-                                 "window_id": [w for _, w in sorted(needed)]})
-        say(f"ranking {len(needed)} board-window(s)")
-        reader, histograms, overflow, received = eng.standings(
-            _rollup_index(lake, rollups), spec=board_window_spec(registry),
-            calendar=calendar, needed=needed_table, banned=sorted(banned))
-        if overflow.num_rows:
-            row = overflow.slice(0, 1).to_pylist()[0]
-            raise SortKeyOverflow(
-                f"score {row['score']} of {row['player_id']} on {row['board']} "
-                f"{row['window_id']} does not fit an exact sort key; lower the board's points "
-                "bounds or use ties=shared")
-        writer = StandingsWriter(
-            lake=lake, as_of=as_of.isoformat(), run=run,
-            earliest_boards={b.name for b in registry.boards if b.ties == "earliest"},
-            banned=banned)
-        rows = writer.write_stream(reader)
-        eng.finish()
-        checkpoint("batch.standings")
-        built = {(b, w) for b, w, *_ in writer.entries}
-        # A board-window exists iff it is open on as_of or counted events fell in it (a
-        # window whose players are all banned stays, empty).
-        received_set = {(b, w) for b, w in zip(received.column("board").to_pylist(),
-                                                received.column("window_id").to_pylist(),
-                                                strict=True)}
-        open_now = plan_windows(registry, [], as_of)
-        exists = received_set | open_now
-        writer.write_empty(sorted((needed & exists) - built))
-        writer.write_histograms(histograms)
-        writer.close()
-        fresh = pa.table({
-            "board": [e[0] for e in writer.entries],
-            "window_id": [e[1] for e in writer.entries],
-            "path": [e[2] for e in writer.entries],
-            "rows": pa.array([e[3] for e in writer.entries], pa.int64()),
-            "score_total": pa.array([e[4] for e in writer.entries], pa.int64()),
-            "histogram": [writer.histogram_entries[(e[0], e[1])][0] for e in writer.entries],
-            "histogram_rows": pa.array([writer.histogram_entries[(e[0], e[1])][1]
-                                        for e in writer.entries], pa.int64()),
-            "received": pa.array([(e[0], e[1]) in received_set for e in writer.entries]),
-        }, schema=STANDINGS_INDEX_SCHEMA)
-        if base is not None:
-            kept = base.standings(lake)
-            keys = pc.binary_join_element_wise(kept.column("board"), kept.column("window_id"),
-                                               "\x00")
-            rebuilt = pa.array(sorted(f"{b}\x00{w}" for b, w in needed), pa.string())
-            open_keys = pa.array(sorted(f"{b}\x00{w}" for b, w in open_now), pa.string())
-            kept = kept.filter(pc.and_(
-                pc.invert(pc.is_in(keys, value_set=rebuilt)),
-                # an empty window kept only while it is open, as a full recompute would
-                pc.or_(kept.column("received"), pc.is_in(keys, value_set=open_keys))))
-            standings = pa.concat_tables([kept.cast(STANDINGS_INDEX_SCHEMA), fresh])
-        else:
-            standings = fresh
-        standings = standings.sort_by([("board", "ascending"), ("window_id", "ascending")])
-        totals = {(b, w): t for b, w, t in zip(standings.column("board").to_pylist(),
-                                               standings.column("window_id").to_pylist(),
-                                               standings.column("score_total").to_pylist(),
-                                               strict=True)}
 
-        say("checking the version")
-        checkpoint("batch.checks")
-        events_total = sum(e["events"] for e in rollups.values())
-        expected_total = counted + (int(base.inputs.get("events", 0)) if base else 0)
-        if events_total != expected_total:
-            raise PublishError(f"rollups count {events_total} events, expected {expected_total} "
-                               "(deduped input); not publishing")
-        scope_points = _scope_points(lake, rollups, banned, registry.calendar.all_time_end)
-        for board in registry.boards:
-            if board.aggregation != "sum" or ALL_TIME not in board.windows:
-                continue
-            if (board.name, ALL_TIME) not in totals:
-                continue
-            key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
-            got = totals[(board.name, ALL_TIME)]
-            expected = _saturated_total(scope_points.get(key),
-                                        registry.layout(board, ALL_TIME).limit)
-            if got != expected:
-                raise PublishError(f"{board.name} all-time scores add up to {got}, the counted "
-                                   f"points to {expected}; not publishing")
-        input_files = dict(base.inputs.get("files", {})) if base else {}
-        for f in files:
-            input_files[str(f.path.relative_to(lake))] = 1
-        manifest = Manifest(
-            version=run, as_of=as_of.isoformat(), watermark=format_instant(watermark),
-            created_at=format_instant(started), engine=eng.name,
-            registry_fingerprint=registry.fingerprint,
-            previous=base.version if base else None,
-            inputs={"files": dict(sorted(input_files.items())), "events": events_total,
-                    "new_events": counted, "banned": sorted(banned), "mode": mode},
-            boards=_board_summary(standings),
-            checks={"events": events_total, "windows_built": len(needed),
-                    "standings_rows_written": rows, "scope_points": {
-                        k: int(pc.sum(v).as_py() or 0) for k, v in scope_points.items()}},
-            duration_seconds=round((datetime.now(UTC) - started).total_seconds(), 3),
-        )
-        seal([lake / p for p in {e["path"] for e in rollups.values()}] + writer.paths)
-        write_version(lake, manifest, rollups=_rollup_table(rollups), standings=standings)
-        checkpoint("batch.manifest")
-        if publish:
-            if not allow_rewind:
-                RewindRefused.check(lake, as_of)  # a later night published meanwhile
-            swap_current(lake, manifest.version)
-            say(f"published version {manifest.version}")
-    finally:
-        eng.close()
-    seconds = (datetime.now(UTC) - started).total_seconds()
-    return BatchResult(manifest, mode, counted, len(needed), rows, seconds)
+def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
+    """Dedupe and roll up the new events; merge them into the base's rollups; write."""
+    base = plan.base
+    if base is None:
+        delta, counted = eng.rollup_events(
+            [str(f.path) for f in plan.files], watermark=plan.watermark, since=None,
+            absorbed=[], calendar=plan.calendar, bits=plan.bits)
+        say(f"deduped and rolled up {counted:,} events into {delta.num_rows:,} rollup rows")
+        checkpoint("batch.rollups")
+        return _Rolled(_write_rollups(lake, delta, plan.run), _rollup_dates(delta), counted)
+    # New partitions, plus absorbed (backfill) files that also hold rows stamped at or after
+    # the old watermark: the engine takes only rows in [since, watermark).
+    new_files = [str(f.path) for f in plan.files if f.ingest_date > base.as_of_date
+                 or stamp_range(f.path)[1] >= base.watermark_at]
+    absorbed_files = [str(lake / p) for p in sorted(absorbed_with_compactions(
+        lake, base.inputs.get("files", {}))) if (lake / p).exists()]
+    delta, counted = eng.rollup_events(
+        new_files, watermark=plan.watermark, since=base.watermark_at, absorbed=absorbed_files,
+        calendar=plan.calendar, bits=plan.bits)
+    changed = _rollup_dates(delta)
+    say(f"{counted:,} new events since {base.as_of} touch {len(changed)} event date(s)")
+    rollups = base.rollups(lake)
+    merged = eng.merge_rollups(
+        _rollup_index(lake, rollups, [d.isoformat() for d in changed]), delta)
+    checkpoint("batch.rollups")
+    rollups.update(_write_rollups(lake, merged, plan.run))
+    return _Rolled(rollups, changed, counted)
+
+
+def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rolled,
+          say: Step) -> _Ranked:
+    """Rank every board-window that changed, write its standings and histograms, and build
+    the version's standings index (the base's unchanged windows kept)."""
+    base, as_of = plan.base, plan.as_of
+    all_dates = sorted(date.fromisoformat(d) for d in rolled.rollups)
+    previous_banned = set(base.inputs.get("banned", [])) if base is not None else None
+    if base is None or previous_banned != plan.banned:
+        needed = plan_windows(registry, all_dates, as_of)
+    else:
+        needed = plan_windows(registry, rolled.changed, as_of)
+    needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
+                             "window_id": [w for _, w in sorted(needed)]})
+    say(f"ranking {len(needed)} board-window(s)")
+    result = eng.standings(
+        _rollup_index(lake, rolled.rollups), spec=board_window_spec(registry),
+        calendar=plan.calendar, needed=needed_table, banned=sorted(plan.banned))
+    if result.overflow is not None:
+        row = result.overflow.slice(0, 1).to_pylist()[0]
+        raise SortKeyOverflow(
+            f"score {row['score']} of {row['player_id']} on {row['board']} "
+            f"{row['window_id']} does not fit an exact sort key; lower the board's points "
+            "bounds or use ties=shared")
+    writer = StandingsWriter(
+        lake=lake, as_of=as_of.isoformat(), run=plan.run,
+        earliest_boards={b.name for b in registry.boards if b.ties == "earliest"},
+        banned=plan.banned)
+    rows = writer.write_stream(result.rows)
+    eng.finish()
+    checkpoint("batch.standings")
+    built = {(e.board, e.window_id) for e in writer.entries}
+    # A board-window exists iff it is open on as_of or counted events fell in it (a window
+    # whose players are all banned stays, empty).
+    received = {(b, w) for b, w in zip(result.windows.column("board").to_pylist(),
+                                       result.windows.column("window_id").to_pylist(),
+                                       strict=True)}
+    open_now = plan_windows(registry, [], as_of)
+    writer.write_empty(sorted((needed & (received | open_now)) - built))
+    writer.write_histograms(result.histograms)
+    writer.close()
+    entries = writer.entries
+    histogram = [writer.histogram_entries[(e.board, e.window_id)] for e in entries]
+    fresh = pa.table({
+        "board": [e.board for e in entries],
+        "window_id": [e.window_id for e in entries],
+        "path": [e.path for e in entries],
+        "rows": pa.array([e.rows for e in entries], pa.int64()),
+        "score_total": pa.array([e.score_total for e in entries], pa.int64()),
+        "histogram": [path for path, _ in histogram],
+        "histogram_rows": pa.array([count for _, count in histogram], pa.int64()),
+        "received": pa.array([(e.board, e.window_id) in received for e in entries]),
+    }, schema=STANDINGS_INDEX_SCHEMA)
+    if base is not None:
+        kept = base.standings(lake)
+        keys = pc.binary_join_element_wise(kept.column("board"), kept.column("window_id"),
+                                           "\x00")
+        rebuilt = pa.array(sorted(f"{b}\x00{w}" for b, w in needed), pa.string())
+        open_keys = pa.array(sorted(f"{b}\x00{w}" for b, w in open_now), pa.string())
+        kept = kept.filter(pc.and_(
+            pc.invert(pc.is_in(keys, value_set=rebuilt)),
+            # an empty window kept only while it is open, as a full recompute would
+            pc.or_(kept.column("received"), pc.is_in(keys, value_set=open_keys))))
+        standings = pa.concat_tables([kept.cast(STANDINGS_INDEX_SCHEMA), fresh])
+    else:
+        standings = fresh
+    standings = standings.sort_by([("board", "ascending"), ("window_id", "ascending")])
+    return _Ranked(writer, rows, needed, standings)
+
+
+def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Rolled,
+                      ranked: _Ranked, engine: str) -> Manifest:
+    """The version's manifest, once its events and all-time points add up (else
+    PublishError: nothing is written)."""
+    base, rollups, counted = plan.base, rolled.rollups, rolled.counted
+    standings = ranked.standings
+    totals = {(b, w): t for b, w, t in zip(standings.column("board").to_pylist(),
+                                           standings.column("window_id").to_pylist(),
+                                           standings.column("score_total").to_pylist(),
+                                           strict=True)}
+    events_total = sum(e["events"] for e in rollups.values())
+    expected_total = counted + (int(base.inputs.get("events", 0)) if base else 0)
+    if events_total != expected_total:
+        raise PublishError(f"rollups count {events_total} events, expected {expected_total} "
+                           "(deduped input); not publishing")
+    scope_points = _scope_points(lake, rollups, plan.banned, registry.calendar.all_time_end)
+    for board in registry.boards:
+        if board.aggregation != "sum" or ALL_TIME not in board.windows:
+            continue
+        if (board.name, ALL_TIME) not in totals:
+            continue
+        key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
+        got = totals[(board.name, ALL_TIME)]
+        expected = _saturated_total(scope_points.get(key),
+                                    registry.layout(board, ALL_TIME).limit)
+        if got != expected:
+            raise PublishError(f"{board.name} all-time scores add up to {got}, the counted "
+                               f"points to {expected}; not publishing")
+    input_files = dict(base.inputs.get("files", {})) if base else {}
+    for f in plan.files:
+        input_files[str(f.path.relative_to(lake))] = 1
+    return Manifest(
+        version=plan.run, as_of=plan.as_of.isoformat(),
+        watermark=format_instant(plan.watermark), created_at=format_instant(plan.started),
+        engine=engine, registry_fingerprint=registry.fingerprint,
+        previous=base.version if base else None,
+        inputs={"files": dict(sorted(input_files.items())), "events": events_total,
+                "new_events": counted, "banned": sorted(plan.banned), "mode": plan.mode},
+        boards=_board_summary(standings),
+        checks={"events": events_total, "windows_built": len(ranked.needed),
+                "standings_rows_written": ranked.rows, "scope_points": {
+                    k: int(pc.sum(v).as_py() or 0) for k, v in scope_points.items()}},
+        duration_seconds=round((datetime.now(UTC) - plan.started).total_seconds(), 3),
+    )
 
 
 def _earliest_event_date(files: list[Any], floor: date) -> date:

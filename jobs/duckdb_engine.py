@@ -14,7 +14,14 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from jobs.spec import DEPTH_BUCKETS, ROLLUP_CAP, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
+from jobs.spec import (
+    DEPTH_BUCKETS,
+    ROLLUP_CAP,
+    ROLLUP_SCHEMA,
+    WIDTH_BUCKETS,
+    LatenessBit,
+    StandingsResult,
+)
 from leaderboard.timeutil import epoch_us
 
 __all__ = ["DuckDBEngine"]
@@ -204,13 +211,12 @@ class DuckDBEngine:
         calendar: pa.Table,
         needed: pa.Table,
         banned: Sequence[str],
-    ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table, pa.Table]:
+    ) -> StandingsResult:
         """Ranked standings for every (board, window_id) in `needed`.
 
         `rollups` lists (path, event_date): the file holding each date's authoritative rows.
-        Returns (standings ordered by board, window_id, rank, player_id; histograms;
-        overflow rows whose score does not fit an exact sort key; the (board, window_id)
-        pairs among `needed` that received counted events, banned players included).
+        Returns a `StandingsResult` (the ordered rows, histograms, the windows that received
+        events; or, when some score does not fit an exact sort key, only the overflow).
         """
         con = self.con
         con.register("spec_t", spec)
@@ -323,8 +329,7 @@ class DuckDBEngine:
             LIMIT 10
         """).to_arrow_table()
         if overflow.num_rows:
-            return (pa.RecordBatchReader.from_batches(pa.schema([]), []), pa.table({}), overflow,
-                    windows)
+            return StandingsResult.overflowed(overflow, windows)
         con.sql("""
             CREATE OR REPLACE TEMP TABLE ranked AS
             WITH k AS (
@@ -394,7 +399,7 @@ class DuckDBEngine:
             FROM ranked r JOIN bw_t w USING (bw) JOIN players_i p USING (pc)
             ORDER BY r.bw, r.rn
         """).to_arrow_reader(batch_size=256 * 1024)
-        return reader, histograms, pa.table({}), windows
+        return StandingsResult(reader, histograms, windows)
 
     def finish(self) -> None:
         """Drop the per-run temp tables (after the standings reader is drained)."""

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +28,7 @@ from leaderboard.manifest import read_current
 __all__ = [
     "FILE_SCHEMA",
     "HISTOGRAM_FILE_SCHEMA",
+    "IndexEntry",
     "PublishError",
     "RewindRefused",
     "StandingsWriter",
@@ -132,6 +134,16 @@ def _kind(window_id: str) -> str:
     return window_id.split(":", 1)[0]
 
 
+class IndexEntry(NamedTuple):
+    """One board-window the writer wrote: a row of the version's standings index."""
+
+    board: str
+    window_id: str
+    path: str  # relative to the lake
+    rows: int
+    score_total: int
+
+
 @dataclass
 class StandingsWriter:
     """Cuts an ordered standings stream into checked files, one per (board, window kind).
@@ -145,8 +157,8 @@ class StandingsWriter:
     run: str
     earliest_boards: set[str]
     banned: set[str]
-    #: one entry per board-window written: [board, window_id, path, rows, score_total]
-    entries: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    #: one entry per board-window written
+    entries: list[IndexEntry] = field(default_factory=list)
     histogram_entries: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     paths: list[Path] = field(default_factory=list)
     _group: tuple[str, str] | None = None
@@ -225,7 +237,7 @@ class StandingsWriter:
         for start, length, total in zip(starts.tolist(), lengths.tolist(), totals.tolist(),
                                         strict=True):
             window_id = table.column("window_id")[start].as_py()
-            self.entries.append((board, window_id, relative, length, int(total)))
+            self.entries.append(IndexEntry(board, window_id, relative, length, int(total)))
 
     def _finish_group(self) -> None:
         self._flush(final=True)
@@ -247,7 +259,7 @@ class StandingsWriter:
                 self.paths.append(target)
                 self._seen.add((board, window_kind))
             relative = str(target.relative_to(self.lake))
-            self.entries.extend((board, w, relative, 0, 0) for w in window_ids)
+            self.entries.extend(IndexEntry(board, w, relative, 0, 0) for w in window_ids)
 
     def write_histograms(self, histograms: pa.Table) -> None:
         """One histogram file per (board, window kind); depth buckets must hold every player."""
@@ -259,7 +271,8 @@ class StandingsWriter:
                                                 counted.column("window_id").to_pylist(),
                                                 counted.column("players_sum").to_pylist(),
                                                 strict=True)}
-        for board, window_id, _path, rows, _total in self.entries:
+        for entry in self.entries:
+            board, window_id, rows = entry.board, entry.window_id, entry.rows
             if players.get((board, window_id), 0) != rows:
                 raise PublishError(f"{board} {window_id}: depth histogram holds "
                                    f"{players.get((board, window_id), 0)} players, "
@@ -284,7 +297,8 @@ class StandingsWriter:
             for w_start, w_length in zip(w_starts.tolist(), w_lengths.tolist(), strict=True):
                 self.histogram_entries[(board, part.column("window_id")[w_start].as_py())] = (
                     relative, w_length)
-        for board, window_id, _path, _rows, _total in self.entries:
+        for entry in self.entries:
+            board, window_id = entry.board, entry.window_id
             if (board, window_id) in self.histogram_entries:
                 continue
             window_kind = _kind(window_id)

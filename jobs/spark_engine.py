@@ -42,7 +42,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.spec import DEPTH_BUCKETS, ROLLUP_CAP, ROLLUP_SCHEMA, WIDTH_BUCKETS, LatenessBit
+from jobs.spec import (
+    DEPTH_BUCKETS,
+    ROLLUP_CAP,
+    ROLLUP_SCHEMA,
+    WIDTH_BUCKETS,
+    LatenessBit,
+    StandingsResult,
+)
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import epoch_us
 
@@ -613,13 +620,12 @@ class SparkEngine:
         calendar: pa.Table,
         needed: pa.Table,
         banned: Sequence[str],
-    ) -> tuple[pa.RecordBatchReader, pa.Table, pa.Table, pa.Table]:
+    ) -> StandingsResult:
         """Ranked standings for every (board, window_id) in `needed`.
 
         `rollups` lists (path, event_date): the file holding each date's authoritative rows.
-        Returns (standings ordered by board, window_id, rank, player_id; histograms;
-        overflow rows whose score does not fit an exact sort key; the (board, window_id)
-        pairs among `needed` that received counted events, banned players included).
+        Returns a `StandingsResult` (the ordered rows, histograms, the windows that received
+        events; or, when some score does not fit an exact sort key, only the overflow).
         """
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
@@ -688,8 +694,7 @@ class SparkEngine:
                              "window_id": overflow.column("window_id"),
                              **{name: found.field(name)
                                 for name in ("player_id", "score", "time_bits")}})
-            return (pa.RecordBatchReader.from_batches(pa.schema([]), []), pa.table({}),
-                    _to_arrow(rows, _OVERFLOW_COLUMNS), windows)
+            return StandingsResult.overflowed(_to_arrow(rows, _OVERFLOW_COLUMNS), windows)
         scored = every.where(F.col("is_banned").isNull())
         unit = F.expr("shiftleft(1L, CAST(time_bits AS INT))")
         keyed = scored.withColumn("sort_key", F.when(
@@ -705,8 +710,9 @@ class SparkEngine:
         if stats.num_rows == 0:
             self._release()
             empty = STANDINGS_COLUMNS.empty_table()
-            return (pa.RecordBatchReader.from_batches(STANDINGS_COLUMNS, empty.to_batches()),
-                    HISTOGRAM_COLUMNS.empty_table(), pa.table({}), windows)
+            return StandingsResult(
+                pa.RecordBatchReader.from_batches(STANDINGS_COLUMNS, empty.to_batches()),
+                HISTOGRAM_COLUMNS.empty_table(), windows)
         offsets = self.spark.createDataFrame(partition_offsets(stats))
         ranked = apply_offsets(numbered, offsets)
         histograms = _to_arrow(_histograms(ranked).toArrow(), HISTOGRAM_COLUMNS).sort_by([
@@ -718,7 +724,7 @@ class SparkEngine:
                             F.col("last_us").alias("last_event_at"), "last_match_id")
         reader = self._ordered_reader(out)
         self._release()
-        return reader, histograms, pa.table({}), windows
+        return StandingsResult(reader, histograms, windows)
 
     def _ordered_reader(self, out: DataFrame) -> pa.RecordBatchReader:
         """The ranked rows in partition order (= global order), streamed back to the driver.

@@ -26,6 +26,7 @@ __all__ = [
     "STANDINGS_SCHEMA",
     "WIDTH_BUCKETS",
     "LatenessBit",
+    "StandingsResult",
     "board_window_spec",
     "calendar_table",
     "lateness_bits",
@@ -197,3 +198,25 @@ def board_window_spec(registry: Registry) -> pa.Table:
     })
 
 
+@dataclass(frozen=True)
+class StandingsResult:
+    """What an engine's standings pass gives the batch.
+
+    `rows`: the ranked standings, ordered by (board, window_id, rank, player_id), to stream
+    into the writer; `histograms`: both kinds for every board-window built; `windows`: the
+    (board, window_id) among those needed that received counted events (banned players
+    included: such a window exists, empty). `overflow`: when some score cannot be encoded as
+    an exact sort key, up to 10 such rows (board, window_id, player_id, score, time_bits)
+    and nothing else (the batch refuses the version); None when every score fits.
+    """
+
+    rows: pa.RecordBatchReader
+    histograms: pa.Table
+    windows: pa.Table
+    overflow: pa.Table | None = None
+
+    @classmethod
+    def overflowed(cls, overflow: pa.Table, windows: pa.Table) -> StandingsResult:
+        """The answer when scores do not fit: no rows, the offending ones in `overflow`."""
+        return cls(pa.RecordBatchReader.from_batches(pa.schema([]), []), pa.table({}), windows,
+                   overflow)

@@ -325,17 +325,19 @@ def test_engine_standings_match_duckdb_over_more_partitions(spark, tmp_path):
         inputs = _standings_inputs(registry, path, rollups, as_of)
         want = duck.standings(**inputs, banned=["p007"])
         got = spark_engine.standings(**inputs, banned=["p007"])
-        want_rows, got_rows = want[0].read_all(), got[0].read_all()
+        assert want.overflow is None
+        assert got.overflow is None
+        want_rows, got_rows = want.rows.read_all(), got.rows.read_all()
         assert got_rows.schema == want_rows.schema
         assert got_rows.num_rows > 0
         assert got_rows.equals(want_rows)
-        assert got[1].schema == want[1].schema
+        assert got.histograms.schema == want.histograms.schema
         # DuckDB's histogram table is not in its ORDER BY order past one vector (2048 rows:
         # preserve_insertion_order is off there); the publisher sorts it, so compare sorted.
         order = [(c, "ascending") for c in ("board", "window_id", "kind", "bucket")]
-        assert got[1].equals(got[1].sort_by(order))
-        assert got[1].equals(want[1].sort_by(order))
-        assert got[3].equals(want[3])
+        assert got.histograms.equals(got.histograms.sort_by(order))
+        assert got.histograms.equals(want.histograms.sort_by(order))
+        assert got.windows.equals(want.windows)
         assert len(list(staging.iterdir())) == 1  # the ordered rows, staged
     finally:
         duck.finish()
@@ -411,19 +413,20 @@ def test_a_sum_past_the_key_range_saturates_like_duckdb(spark, tmp_path):
         pq.write_table(rollups, path)
         inputs = _standings_inputs(registry, path, rollups, as_of)
         want = duck.standings(**inputs, banned=[])
-        want_rows = want[0].read_all()
+        want_rows = want.rows.read_all()
         got = spark_engine.standings(**inputs, banned=[])
-        got_rows = got[0].read_all()
+        got_rows = got.rows.read_all()
     finally:
         duck.finish()
         spark_engine.finish()
         duck.close()
-    assert want[2].num_rows == got[2].num_rows == 0, "no overflow: the sum saturates"
+    assert want.overflow is None, "no overflow: the sum saturates"
+    assert got.overflow is None
     assert got_rows.to_pylist() == want_rows.to_pylist()
     big = [r for r in got_rows.to_pylist() if (r["board"], r["window_id"]) == ("big", "all-time")]
     assert (big[0]["player_id"], big[0]["score"]) == ("p1", limit)
     assert limit < 4_500_000
-    assert got[3].equals(want[3])
+    assert got.windows.equals(want.windows)
 
 
 @pytest.mark.spark
@@ -444,12 +447,12 @@ def test_no_rollups_give_empty_results_of_the_same_shape(spark):
                                           bits=lateness_bits(registry))[1] == 0
         want = duck.standings(**inputs, banned=[])
         got = spark_engine.standings(**inputs, banned=[])
-        want_rows, got_rows = want[0].read_all(), got[0].read_all()
+        want_rows, got_rows = want.rows.read_all(), got.rows.read_all()
         assert got_rows.num_rows == want_rows.num_rows == 0
         assert got_rows.schema == want_rows.schema
-        assert got[1].num_rows == want[1].num_rows == 0
-        assert got[1].schema == want[1].schema
-        assert got[3].num_rows == want[3].num_rows == 0
+        assert got.histograms.num_rows == want.histograms.num_rows == 0
+        assert got.histograms.schema == want.histograms.schema
+        assert got.windows.num_rows == want.windows.num_rows == 0
     finally:
         duck.finish()
         spark_engine.finish()
