@@ -322,8 +322,8 @@ def _engines(timeline: Timeline, instrument: bool) -> Iterator[None]:
     saved_writer = {name: getattr(publish.StandingsWriter, name) for name in _WRITER_CALLS}
     open_engine = batch.open_engine
 
-    def open_capped(name: str) -> Any:
-        engine: Any = open_engine(name)
+    def open_capped(name: str, **options: Any) -> Any:
+        engine: Any = open_engine(name, **options)
         con = getattr(engine, "con", None)
         if isinstance(con, duckdb.DuckDBPyConnection):
             _apply_limits(con, LIMITS)
@@ -376,8 +376,9 @@ def _run(settings: Settings, as_of: date, progress: Progress, label: str, *, eng
             timeline.began = time.perf_counter()
             result: batch.BatchResult | None = None
             try:
+                # Sections reuse a data dir and go back a night: rewinding is the point.
                 result = batch.run_batch(settings, as_of, engine=engine, full=full,
-                                         step=timeline.step)
+                                         step=timeline.step, allow_rewind=True)
             except Exception as exc:  # reported by the caller
                 timeline.error = f"{type(exc).__name__}: {exc}"[:400]
             timeline.ended = time.perf_counter()
