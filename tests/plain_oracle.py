@@ -1,4 +1,4 @@
-"""A second reference for merged answers, written from DESIGN.md section 3 and the key rules
+"""A second reference for merged answers, written from docs/design.md section 3 and the key rules
 in docs/architecture.md without the product's code: no calendar, counting, ban, lake or
 sort-key module of the product is imported (tests/oracle.py reuses some; this one must not).
 

@@ -1,12 +1,12 @@
 """The checker's model for the operations tests: what every merged query must answer, computed
 from the history of accepted events and bans alone.
 
-Written from DESIGN.md sections 3 to 6, independently of the product: it imports nothing from
+Written from docs/design.md sections 3 to 6, independently of the product: it imports nothing from
 leaderboard/, jobs/, speed_layer/ or serving/ (no calendar, sort-key codec, fold or validation
 code), and counts in plain Python over the events the test saw accepted. Windows are the
 `daily` and `all-time` kinds only; a board is (scope, aggregation, tie policy, grace, windows).
 
-Exceptions DESIGN.md allows, stated here and nowhere else:
+Exceptions docs/design.md allows, stated here and nowhere else:
 
 - *A duplicate older than the horizon* lands (the door forgot it) and may be counted twice by
   the speed layer until the batch absorbs it. The operations test re-delivers late only rows
@@ -71,7 +71,7 @@ class Answer:
     player_id: str
     score: int
     rank: int
-    #: share of the board strictly behind the player (DESIGN.md section 6)
+    #: share of the board strictly behind the player (docs/design.md section 6)
     percentile: float
     #: share at or behind the player (100 * (total - rank + 1) / total), what the build
     #: answered before issue 11 item 5

@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BATCHES = 30  # per sender
 ROWS = 4  # per batch
 PLAYERS = [f"p{i:02d}" for i in range(12)]
-#: DESIGN.md / issue 10 item 6: the API answers again within 5 s of Redis being back.
+#: docs/design.md / issue 10 item 6: the API answers again within 5 s of Redis being back.
 RECOVERY_BOUND = 5.0
 #: Figures measured by the last run (printed with -s; the lead reads them).
 FIGURES: dict[str, float] = {}
