@@ -1,6 +1,6 @@
 """Invariant 6 (docs/design.md section 7): the lambda identity and exactly once hold after
-every step of any interleaving of operations, proven by a hypothesis state machine over real Redis, a
-real lake and the DuckDB batch.
+every step of any interleaving of operations, proven by a hypothesis state machine over real
+Redis, a real lake and the DuckDB batch.
 
 Jepsen's split: the *generator* is hypothesis's choice of rules and their arguments; the
 *nemesis* is tests/faults.py (a Redis error at the nth command of a fold), Redis flushes and
