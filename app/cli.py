@@ -139,7 +139,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     speed = None if args.no_speed else _speed_layer(settings)
     try:
         if speed is not None:
-            repaired = speed.repair()
+            repaired = _repair(speed, settings)
             if repaired:
                 err.print(f"speed layer: folded {repaired} landed file(s) left pending")
         ingestor = Ingestor(settings.registry, writer, speed)
@@ -267,6 +267,18 @@ def _require_speed(settings: Settings) -> Any:
     return speed
 
 
+def _repair(speed: Any, settings: Settings) -> int:
+    """Fold what is pending; a speed state that lost its past (Redis lost its data) is
+    rebuilt from the lake first, as the operator running this would expect."""
+    from leaderboard.speed_keys import StateLost
+
+    try:
+        return int(speed.repair())
+    except StateLost as exc:
+        err.print(f"speed layer: {str(exc).split(';')[0]}: rebuilding it from the lake")
+        return int(speed.rebuild(settings.now()))
+
+
 def _status_value(key: str, value: Any) -> str:
     """One speed-status field for people: counts with separators, bytes in MB, per-writer
     maps as `writer seq` pairs, nothing as `none`."""
@@ -288,6 +300,7 @@ def _status_value(key: str, value: Any) -> str:
 #: Labels for the speed status fields a person may not guess; others are spelt out as named.
 _STATUS_LABELS = {"version": "batch version (base)", "watermark": "watermark",
                   "board_windows": "live board-windows", "lag_files": "files not yet folded",
+                  "holes": "files left unfolded behind later ones", "state": "speed state",
                   "newest_landed": "newest landed file per writer",
                   "folded": "folded through, per writer", "keys": "Redis keys",
                   "memory_bytes": "Redis memory", "banned": "banned players"}
@@ -326,7 +339,7 @@ def _cmd_speed(args: argparse.Namespace) -> int:
             raise UsageError("no batch version is published yet; run `leaderboard batch`")
         out.print(f"speed layer on {speed.rebase(manifest).version}")
         return 0
-    folded = speed.repair()
+    folded = _repair(speed, settings)
     out.print(f"folded {folded} pending file(s)")
     return 0
 

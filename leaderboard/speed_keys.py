@@ -13,13 +13,17 @@ folded everywhere, and the files folded past it), `lb:V:windows` (set of touched
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import redis
 from redis.retry import Retry
 
+from leaderboard.lake import landed_files
+from leaderboard.manifest import read_current, watermark_for
 from leaderboard.settings import Settings
 
 __all__ = [
@@ -30,10 +34,13 @@ __all__ = [
     "CURRENT",
     "BoardWindowKeys",
     "SpeedVersion",
+    "StateLost",
     "bans_key",
     "connect",
     "progress_key",
     "read_current_version",
+    "read_live_version",
+    "state_needed",
     "version_tag",
     "windows_key",
 ]
@@ -56,10 +63,13 @@ def version_tag(version: str | None) -> str:
 
 @dataclass(frozen=True)
 class SpeedVersion:
-    """What `lb:current` says: the batch version whose base the speed state extends."""
+    """What `lb:current` says: the batch version whose base the speed state extends, and
+    the state's epoch (a token written with the state when it is built; a state without it
+    lost its past, or predates the epoch, and is rebuilt before use)."""
 
     version: str | None
     watermark: datetime | None  # None before the first batch: every event is speed
+    epoch: str | None = None
 
     @property
     def tag(self) -> str:
@@ -68,13 +78,55 @@ class SpeedVersion:
     def to_json(self) -> str:
         return json.dumps({"version": self.version,
                            "watermark": None if self.watermark is None
-                           else self.watermark.isoformat()})
+                           else self.watermark.isoformat(), "epoch": self.epoch})
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SpeedVersion:
         data = json.loads(text)
         mark = data.get("watermark")
-        return cls(data.get("version"), None if mark is None else datetime.fromisoformat(mark))
+        return cls(data.get("version"), None if mark is None else datetime.fromisoformat(mark),
+                   data.get("epoch"))
+
+    def with_epoch(self, epoch: str | None = None) -> SpeedVersion:
+        """This version with `epoch`, or with a new one."""
+        return replace(self, epoch=epoch or uuid.uuid4().hex)
+
+
+class StateLost(redis.RedisError):
+    """The speed state is gone (Redis lost its data: a flush, a restart without its AOF) or
+    was never built while the lake holds events it must hold. It is neither served as
+    merged truth nor folded onto until rebuilt."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"{detail}; rebuild it from the lake with `leaderboard speed "
+                         "rebuild` (a running `leaderboard serve` starts that itself)")
+
+
+def state_needed(lake: Path, watermark: datetime | None, *, margin: timedelta = timedelta(0)
+                 ) -> bool:
+    """Whether the lake holds landed events a speed state must hold: a file that may hold
+    rows ingested at or after `watermark - margin` (its partition is its earliest stamp's
+    day, so a partition from that day on), or any file before the first batch."""
+    since = None if watermark is None else (watermark - margin).date()
+    return any(since is None or f.ingest_date >= since for f in landed_files(lake))
+
+
+def read_live_version(client: redis.Redis, lake: Path) -> SpeedVersion | None:
+    """The live speed version for readers: the pointer with its epoch; None when no state
+    was ever needed (no pointer and nothing in the lake past the published watermark).
+    Raises StateLost when the state is gone or predates the epoch."""
+    found = read_current_version(client)
+    if found is not None and found.epoch:
+        return found
+    if found is not None:
+        raise StateLost("the speed state predates its epoch record (written by an older "
+                        "release)")
+    manifest = read_current(lake)
+    watermark = None if manifest is None else watermark_for(manifest.as_of_date)
+    if state_needed(lake, watermark):
+        raise StateLost("the speed state is missing from Redis (its version pointer is gone) "
+                        "while the lake holds events since the watermark")
+    return None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from leaderboard.batch_view import BatchView
 from leaderboard.calendar import Window
 from leaderboard.manifest import list_versions, read_current, read_version, watermark_for
 from leaderboard.registry import Board, Registry
-from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion, read_current_version
+from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion, read_live_version
 from leaderboard.timeutil import format_instant
 from serving.base import load_base
 from serving.basecache import DEFAULT_BASE_CACHE_BYTES, BaseCache
@@ -74,15 +74,21 @@ class Leaderboards:
     # -- version and windows ----------------------------------------------------------------
 
     def _read_pointer(self) -> SpeedVersion | None:
+        """The live speed version (None: no state was ever needed); raises StateLost when
+        the speed state lost its past, so a lost state is never served as merged truth."""
         if self.pointer_ttl <= 0:
-            return read_current_version(self.client)
+            return read_live_version(self.client, self.lake)
         now = self._clock()
         cached = self._pointer
         if cached is not None and now - cached[0] < self.pointer_ttl:
             return cached[1]
-        pointer = read_current_version(self.client)
+        pointer = read_live_version(self.client, self.lake)
         self._pointer = (now, pointer)
         return pointer
+
+    def forget_pointer(self) -> None:
+        """Read the pointer afresh on the next query (a loss of the speed state was seen)."""
+        self._pointer = None
 
     def version(self) -> _Loaded:
         pointer = self._read_pointer()

@@ -40,15 +40,18 @@ from leaderboard.registry import Board, Registry
 from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
+    CURRENT,
     BoardWindowKeys,
     SpeedVersion,
+    StateLost,
     progress_key,
     windows_key,
 )
 from leaderboard.timeutil import duration_us, epoch_us
 
 __all__ = ["FOLD_SCRIPT", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
-           "ScriptPipeline", "Update", "plan_updates", "predecessors", "value_fields"]
+           "ScriptPipeline", "Update", "identities", "plan_updates", "predecessors",
+           "value_fields"]
 
 _US_PER_DAY = 86_400_000_000
 
@@ -678,21 +681,29 @@ class Folder:
 
     def fold(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table,
              *, prev: int | None = None, mode: str = "fold",
-             banned: set[str] | None = None) -> int:
+             banned: set[str] | None = None, building: bool = False) -> int:
         """Fold one landed file; returns the number of board-windows that applied it.
 
         `prev`: the seq of the writer's events file before this one (-1: none; None: not
         known here), which lets the progress floor move past this file. Banned players'
         rows are dropped first. `mode="replay"` re-applies a file's rows (one unbanned
         player's) where the file was already folded, leaving checkpoints alone.
-        Fault checkpoints: fold.after_script (each board-window call, sent one at a time
-        while a hook is installed), fold.before_progress.
+        A version with an epoch is folded only while the pointer carries that epoch (a state
+        that lost its past raises StateLost), unless `building` (a rebuild's own folds,
+        before it writes the pointer). Fault checkpoints: fold.after_script (each
+        board-window call, sent one at a time while a hook is installed),
+        fold.before_progress.
         """
         read = self.client.pipeline(transaction=False)
         read.get(BANS_GENERATION)
         read.smembers(BANNED)
         read.hget(progress_key(version.tag), f"floor:{writer}")
-        generation, banned_now, floor = read.execute()
+        read.get(CURRENT)
+        generation, banned_now, floor, pointer = read.execute()
+        if version.epoch is not None and not building and (
+                pointer is None or SpeedVersion.from_json(pointer).epoch != version.epoch):
+            raise StateLost("the speed state lost its past (its epoch changed or is gone) "
+                            "while a file was about to be folded onto it")
         if banned is None:
             banned = {_decoded(b) for b in banned_now}
         calls = self.calls(version, writer, seq, table, mode=mode, banned=banned,
@@ -789,18 +800,54 @@ class Folder:
         """Every landed file that may hold speed events of this version (past its watermark)."""
         return [f for f in landed_files(self.lake) if self._after(f, version.watermark)]
 
-    def catch_up(self, version: SpeedVersion, files: Iterable[LandedFile] | None = None) -> int:
-        """Fold every pending file, in seq order per writer (crash repair), then move the
-        floors over them."""
+    def catch_up(self, version: SpeedVersion, files: Iterable[LandedFile] | None = None, *,
+                 building: bool = False, dedupe: bool = False,
+                 seen: set[str] | None = None) -> int:
+        """Fold every pending file (crash repair, a rebase or rebuild), then move the floors
+        over them.
+
+        `dedupe` (a rebase or rebuild folding many files): an identity (match_id,
+        player_id) counts once over all of them, first ingested wins, as the batch
+        dedupes; `seen` holds identities already counted (by the base). The door drops
+        retries within its horizon; this drops older re-deliveries spread over files.
+        """
         listing = landed_files(self.lake)
-        todo = sorted(self.pending(version) if files is None else files,
-                      key=lambda f: (f.writer, f.seq))
+        todo = list(self.pending(version) if files is None else files)
+        if dedupe:  # first ingested first; ties by (writer, seq), as files land
+            todo.sort(key=lambda f: (stamp_range(f.path)[0], f.writer, f.seq))
+        else:
+            todo.sort(key=lambda f: (f.writer, f.seq))
         prevs = predecessors(listing)
+        counted = set() if seen is None else set(seen)
         for landed in todo:
-            self.fold(version, landed.writer, landed.seq, pq.read_table(landed.path),
-                      prev=prevs.get((landed.writer, landed.seq)))
+            table = pq.read_table(landed.path)
+            if dedupe and table.num_rows:
+                ids = _identity_column(table).to_pylist()
+                fresh = np.fromiter((i not in counted for i in ids), dtype=bool,
+                                    count=len(ids))
+                counted.update(ids)
+                if not fresh.all():
+                    table = table.filter(pa.array(fresh))
+            self.fold(version, landed.writer, landed.seq, table,
+                      prev=prevs.get((landed.writer, landed.seq)), building=building)
         self.advance(version, listing)
         return len(todo)
+
+
+def _identity_column(table: pa.Table) -> pa.Array:
+    """`match_id NUL player_id` per row: an event's identity as one string."""
+    joined = pc.binary_join_element_wise(table.column("match_id"), table.column("player_id"),
+                                         "\x00")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
+def identities(tables: Iterable[pa.Table]) -> set[str]:
+    """Every identity (`match_id NUL player_id`) of the tables' rows."""
+    found: set[str] = set()
+    for table in tables:
+        if table.num_rows:
+            found.update(_identity_column(table).to_pylist())
+    return found
 
 
 def predecessors(listing: Iterable[LandedFile]) -> dict[tuple[str, int], int]:

@@ -4,8 +4,9 @@ rebuild, bans and status. The CLI, the HTTP app and the DAG all go through it.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +27,28 @@ from leaderboard.speed_keys import (
     CURRENT,
     BoardWindowKeys,
     SpeedVersion,
+    StateLost,
     bans_key,
     read_current_version,
+    state_needed,
     windows_key,
 )
 from speed_layer.door import Claim, ClaimPending, Door
-from speed_layer.fold import FOLD_SCRIPT, Folder, predecessors
+from speed_layer.fold import FOLD_SCRIPT, Folder, identities, predecessors
 
-__all__ = ["SpeedLayer", "SpeedStatus"]
+__all__ = ["RebuildRunning", "SpeedLayer", "SpeedStatus"]
 
 _EXPIRE_OLD_VERSION = 3600
+#: Held while a rebuild runs (one at a time across processes); expires if its process dies.
+_REBUILDING = "lb:rebuilding"
+_REBUILD_LOCK_SECONDS = 600
+
+
+class RebuildRunning(StateLost):
+    """Another process is rebuilding the speed state right now."""
+
+    def __init__(self, detail: str) -> None:
+        redis.RedisError.__init__(self, detail)
 
 
 def _text(raw: bytes | str) -> str:
@@ -44,6 +57,8 @@ def _text(raw: bytes | str) -> str:
 
 @dataclass(frozen=True)
 class SpeedStatus:
+    #: "ok (epoch ...)", or "lost: <why and what to run>" (Redis lost its data).
+    state: str
     version: str | None
     watermark: str | None
     board_windows: int
@@ -79,13 +94,25 @@ class SpeedLayer:
         return SpeedVersion(manifest.version, watermark_for(manifest.as_of_date))
 
     def current(self) -> SpeedVersion:
-        """The live speed version; first use (or after Redis lost everything) points it at
-        the lake's live batch version."""
+        """The live speed version. On first use (nothing in the lake a state must hold) it
+        is pointed at the lake's live batch version with a new epoch; a state that lost its
+        past (Redis lost its data) raises StateLost instead: it must be rebuilt first."""
         found = read_current_version(self.client)
-        if found is None:
-            found = self.version_of(read_current(self.lake))
-            self.client.set(CURRENT, found.to_json(), nx=True)
-            found = read_current_version(self.client) or found
+        if found is not None and found.epoch:
+            return found
+        if found is not None:
+            raise StateLost("the speed state predates its epoch record (written by an older "
+                            "release)")
+        live = self.version_of(read_current(self.lake))
+        if state_needed(self.lake, live.watermark,
+                        margin=self.registry.idempotency_horizon * 2):
+            raise StateLost("the speed state is missing from Redis (its version pointer is "
+                            "gone) while the lake holds events since the watermark or within "
+                            "the idempotency horizon")
+        self.client.set(CURRENT, live.with_epoch().to_json(), nx=True)
+        found = read_current_version(self.client)
+        if found is None or not found.epoch:
+            raise StateLost("the speed state's version pointer vanished while it was written")
         return found
 
     # -- ingest -----------------------------------------------------------------------------
@@ -95,7 +122,9 @@ class SpeedLayer:
         """Claim the ids of rows about to land (dropping those accepted within the horizon):
         returns (kept, retries, claim). Settle the claim once the rows landed, release it
         if landing failed. A claim a dead process of this writer left in flight is
-        recovered first."""
+        recovered first. A lost state raises StateLost before anything lands (its record of
+        recent ids may be gone too: retries must wait for the rebuild)."""
+        self.current()
         try:
             seen, claim = self.door.claim(accepted, at, writer, next_seq)
         except ClaimPending:
@@ -182,18 +211,23 @@ class SpeedLayer:
         pipe.incr(BANS_GENERATION)
         pipe.execute()
 
-    def rebase(self, manifest: Manifest) -> SpeedVersion:
+    def rebase(self, manifest: Manifest, *, now: datetime | None = None) -> SpeedVersion:
         """Build the state of a newly published version beside the live one, flip `current`
-        to it, catch up what landed meanwhile, and let the old version's keys expire."""
+        to it, catch up what landed meanwhile, and let the old version's keys expire. On a
+        lost state it rebuilds the lake's live version instead (`now`: for the horizon)."""
         self.sync_bans()
-        old = self.current()
-        new = self.version_of(manifest)
+        try:
+            old = self.current()
+        except StateLost:
+            self.rebuild(now or datetime.now(UTC))
+            return self.current()
+        new = self.version_of(manifest).with_epoch(old.epoch)
         if new.tag == old.tag:
             # Already live (or just pointed at on first use): fold whatever is still pending.
             self.folder.catch_up(old)
             self.apply_bans(old)
             return old
-        self.folder.catch_up(new)
+        self.folder.catch_up(new, dedupe=True)
         # The base of V+1 holds only bans before its watermark: apply the rest before the
         # flip, and again after it for a ban or unban that reached the lake meanwhile.
         self.apply_bans(new)
@@ -217,21 +251,48 @@ class SpeedLayer:
 
     def rebuild(self, now: datetime) -> int:
         """Recreate the live version's state and the record of recent ids from the lake
-        alone (after Redis lost everything)."""
-        version = self.version_of(read_current(self.lake))
-        self.client.set(CURRENT, version.to_json())
-        self.sync_bans()
-        horizon_start = now - self.registry.idempotency_horizon * 2
-        for landed in landed_files(self.lake):
-            if landed.ingest_date >= (horizon_start - timedelta(days=1)).date():
-                table = pq.read_table(landed.path)
-                table = table.filter(pc.greater_equal(
-                    table.column("ingested_at"),
-                    pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
-                self._remember_landed(table)
-        folded = self.folder.catch_up(version)
-        self.apply_bans(version)
-        return folded
+        alone (after Redis lost its data), under a new epoch; returns the files folded.
+
+        The version pointer is written last: until then the state counts as lost, so
+        nothing is served from it or folded onto it by live ingest (files landed meanwhile
+        stay pending and are folded right after). One rebuild runs at a time (a lock in
+        Redis); another raises RebuildRunning. Fault checkpoint: rebuild.after_reset.
+        """
+        token = uuid.uuid4().hex
+        if not self.client.set(_REBUILDING, token, nx=True, ex=_REBUILD_LOCK_SECONDS):
+            raise RebuildRunning("a rebuild of the speed state is already running; wait for "
+                                 "it (`leaderboard speed status` shows when it is done)")
+        try:
+            version = self.version_of(read_current(self.lake)).with_epoch()
+            self.client.delete(CURRENT)
+            for pattern in (f"lb:{{*}}:{version.tag}:*", f"lb:{version.tag}:*"):
+                keys = list(self.client.scan_iter(match=pattern, count=1000))
+                for start in range(0, len(keys), 1000):
+                    self.client.delete(*keys[start:start + 1000])
+            self.sync_bans()
+            faults.checkpoint("rebuild.after_reset")
+            horizon_start = now - self.registry.idempotency_horizon * 2
+            recent = []
+            for landed in landed_files(self.lake):
+                if landed.ingest_date >= (horizon_start - timedelta(days=1)).date():
+                    table = pq.read_table(landed.path)
+                    table = table.filter(pc.greater_equal(
+                        table.column("ingested_at"),
+                        pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
+                    self._remember_landed(table)
+                    recent.append(table)
+            # Ids first ingested before the watermark (within the horizon) are counted by the
+            # base: a copy landed since (the door's record was lost) is a duplicate.
+            seen = set() if version.watermark is None else identities(
+                [t.filter(pc.less(t.column("ingested_at"), pa.scalar(
+                    version.watermark, t.schema.field("ingested_at").type))) for t in recent])
+            folded = self.folder.catch_up(version, building=True, dedupe=True, seen=seen)
+            self.apply_bans(version)
+            self.client.set(CURRENT, version.to_json())
+            return folded + self.folder.catch_up(version)
+        finally:
+            if self.client.get(_REBUILDING) == token.encode():
+                self.client.delete(_REBUILDING)
 
     # -- bans -------------------------------------------------------------------------------
 
@@ -368,7 +429,14 @@ class SpeedLayer:
     # -- status -----------------------------------------------------------------------------
 
     def status(self) -> SpeedStatus:
-        version = self.current()
+        try:
+            version = self.current()
+            state = f"ok (epoch {version.epoch})"
+        except StateLost as exc:
+            version = self.version_of(read_current(self.lake))
+            state = f"lost: {exc}"
+        if self.client.get(_REBUILDING) is not None:
+            state += "; a rebuild is running"
         newest: dict[str, int] = {}
         for landed in landed_files(self.lake):
             newest[landed.writer] = max(newest.get(landed.writer, -1), landed.seq)
@@ -384,7 +452,7 @@ class SpeedLayer:
             memory += int(self.client.memory_usage(key, samples=0) or 0)
         door_bytes, _ids = self.door.memory()
         return SpeedStatus(
-            version=version.version,
+            state=state, version=version.version,
             watermark=None if version.watermark is None else version.watermark.isoformat(),
             board_windows=int(self.client.scard(windows_key(version.tag))),
             lag_files=len(pending), holes=len(holes), newest_landed=newest,

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from leaderboard.manifest import ManifestError
+from leaderboard.speed_keys import StateLost
 from serving.cache import CacheUnavailable
 from serving.service import QueryError
 
@@ -109,6 +110,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(503, "unavailable", f"the speed layer (Redis) is unavailable: "
                                                   f"{exc}; retry shortly", {"Retry-After": "5"})
 
+    async def state_lost(request: Request, exc: Exception) -> Response:
+        # The app rebuilds the state itself (docs/architecture.md): start it, answer 503.
+        request.app.state.service.state_lost()
+        return error_response(503, "speed_state_lost", f"{exc}; the server is rebuilding it "
+                              "now: retry shortly", {"Retry-After": "2"})
+
     async def stale(request: Request, exc: Exception) -> Response:
         return error_response(503, "unavailable", str(exc), {"Retry-After": "5"})
 
@@ -128,5 +135,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(QueryError, query_error)
     app.add_exception_handler(redis.RedisError, unavailable)
+    app.add_exception_handler(StateLost, state_lost)
     app.add_exception_handler(CacheUnavailable, stale)
     app.add_exception_handler(ManifestError, manifest)

@@ -15,6 +15,8 @@ import redis
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from leaderboard.speed_keys import StateLost
+
 if TYPE_CHECKING:
     from app.http.service import Service
 
@@ -30,20 +32,32 @@ class _LiveCollector:
         self.service = service
 
     def describe(self) -> Iterable[Metric]:
-        return self._families(lag=None, up=None)
+        return self._families(lag=None, up=None, lost=None)
 
     def collect(self) -> Iterable[Metric]:
         speed = self.service.speed
+        lost: float | None = 0.0
         try:
             lag: float | None = float(len(speed.folder.pending(speed.current())))
             up = 1.0
+        except StateLost:
+            self.service.state_lost()
+            lag, up, lost = None, 1.0, 1.0
         except redis.RedisError:
-            lag, up = None, 0.0
-        return self._families(lag=lag, up=up)
+            lag, up, lost = None, 0.0, None
+        return self._families(lag=lag, up=up, lost=lost)
 
-    def _families(self, *, lag: float | None, up: float | None) -> list[Metric]:
+    def _families(self, *, lag: float | None, up: float | None,
+                  lost: float | None) -> list[Metric]:
         stats = self.service.cache.stats()
         families: list[Metric] = []
+        lost_family = GaugeMetricFamily(
+            "leaderboard_speed_state_lost",
+            "1 while the speed state lost its past (Redis lost its data) and is not rebuilt "
+            "yet: merged reads and ingest answer 503 (absent: Redis down)")
+        if lost is not None:
+            lost_family.add_metric([], lost)
+        families.append(lost_family)
         lag_family = GaugeMetricFamily(
             "leaderboard_speed_lag_files",
             "Landed files not yet folded into the live speed version (absent: Redis down)")

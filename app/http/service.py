@@ -8,6 +8,7 @@ these; they declare `service: ServiceDep` and FastAPI passes the app's own.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Annotated
@@ -24,16 +25,18 @@ from app.http.metrics import Metrics
 from leaderboard.lake import LandingWriter
 from leaderboard.registry import Board, RegistryError
 from leaderboard.settings import Settings
-from leaderboard.speed_keys import connect
+from leaderboard.speed_keys import StateLost, connect
 from serving.cache import TopCache
 from serving.service import Leaderboards, QueryError
 from speed_layer.ingest import Ingestor, IngestReport, open_writer
-from speed_layer.service import SpeedLayer
+from speed_layer.service import RebuildRunning, SpeedLayer
 
 __all__ = ["POINTER_TTL", "Service", "ServiceDep", "service_of"]
 
 #: Seconds a worker reuses the speed layer's version pointer (one Redis GET fewer per read).
 POINTER_TTL = 1.0
+
+_log = logging.getLogger(__name__)
 
 
 def _redis_client(settings: Settings) -> redis.Redis:
@@ -62,6 +65,8 @@ class Service:
         self._ingest_lock = threading.Lock()
         self._writer: LandingWriter | None = None
         self._needs_repair = True  # fold what a crash (or a failed fold) left pending
+        self._rebuild_guard = threading.Lock()
+        self.rebuild_thread: threading.Thread | None = None
 
     def board(self, name: str) -> Board:
         """The registry's board, or a 404 that lists the boards there are."""
@@ -96,6 +101,12 @@ class Service:
                 report = Ingestor(self.registry, self._writer, self.speed).ingest(
                     table, now=self.settings.now(), source=f"http:{server_id}",
                     unparseable=unparseable, row_reasons=True)
+            except StateLost as exc:
+                self.state_lost()
+                raise ApiError(503, "speed_state_lost",
+                               f"{exc}; the server is rebuilding it now and nothing was "
+                               "landed: retry the same batch shortly",
+                               headers={"Retry-After": "2"}) from None
             except redis.RedisError as exc:
                 # Raised before landing (the door could not be asked): nothing is in the lake.
                 raise ApiError(503, "unavailable",
@@ -107,6 +118,30 @@ class Service:
             elif report.files:
                 self.metrics.visibility.observe(time.perf_counter() - stamped)
             return report
+
+    def state_lost(self) -> None:
+        """The speed state lost its past (Redis lost its data): rebuild it from the lake in
+        a background thread, one per process (the rebuild's lock in Redis keeps it to one
+        across workers). Reads and ingest answer 503 until the rebuilt state is live."""
+        self.boards.forget_pointer()  # no read reuses the pointer of the lost state
+        with self._rebuild_guard:
+            if self.rebuild_thread is not None and self.rebuild_thread.is_alive():
+                return
+            self.rebuild_thread = threading.Thread(target=self._rebuild, name="speed-rebuild",
+                                                   daemon=True)
+            self.rebuild_thread.start()
+
+    def _rebuild(self) -> None:
+        speed = SpeedLayer(self.client, self.registry, self.settings.lake_dir)
+        try:
+            speed.rebuild(self.settings.now())
+        except RebuildRunning:
+            return  # another worker is at it
+        except redis.RedisError as exc:
+            _log.warning("rebuilding the speed state failed (%s); the next request retries", exc)
+            return
+        _log.warning("rebuilt the speed state of %s from the lake",
+                     speed.current().version or "no batch yet")
 
     def close(self) -> None:
         with self._ingest_lock:

@@ -565,6 +565,50 @@ def test_healthz_fails_without_redis_or_without_a_version(world, tmp_path, redis
         assert "no batch version" in answer.json()["problems"]["manifest"]
 
 
+def _rebuild_fails(_name: str) -> None:
+    raise redis.ConnectionError("Redis went away again (injected)")
+
+
+def test_redis_losing_its_data_is_degraded_then_rebuilt_by_the_app(world, redis_client):
+    """Issue 10 item 5: after a FLUSHALL the app neither serves the lost state as merged
+    truth nor takes ingest onto it: /healthz and /metrics say so, reads and ingest answer
+    503; the app rebuilds the state (and the door's record) itself, then answers as before."""
+    from leaderboard import faults
+
+    service = world.app.state.service
+    before = world.client.get("/v1/boards/global/players/p001").json()
+    assert before["status"] == "ranked"
+    redis_client.flushall()
+    with faults.injected("rebuild.after_reset", _rebuild_fails):  # keep it lost a while
+        health = world.client.get("/healthz")
+        assert health.status_code == 503
+        assert health.json()["status"] == "degraded"
+        assert "leaderboard speed rebuild" in health.json()["problems"]["speed_state"]
+        service.rebuild_thread.join(timeout=120)
+        assert "leaderboard_speed_state_lost 1.0" in world.client.get("/metrics").text
+        read = world.client.get("/v1/boards/global/players/p001")
+        assert (read.status_code, read.json()["error"]) == (503, "speed_state_lost")
+        service.rebuild_thread.join(timeout=120)
+        posted = world.client.post("/v1/events", json={"events": [dict(EVENT, match_id="lx")]},
+                                   headers={"X-API-Key": KEY_EU})
+        assert (posted.status_code, posted.json()["error"]) == (503, "speed_state_lost")
+        assert not any(r["match_id"] == "lx" for r in _lake_rows(world.lake))
+        service.rebuild_thread.join(timeout=120)
+    world.client.get("/healthz")  # starts the rebuild again, unhindered now
+    service.rebuild_thread.join(timeout=120)
+    assert world.client.get("/healthz").status_code == 200
+    assert "leaderboard_speed_state_lost 0.0" in world.client.get("/metrics").text
+    assert world.client.get("/v1/boards/global/players/p001").json() == before
+    # The door's record came back with the state: an event landed before the loss is a retry.
+    landed = next(r for r in _lake_rows(world.lake) if r["ingested_at"] >= datetime(
+        2026, 12, 1, tzinfo=UTC))
+    retry = {k: landed[k] for k in ("match_id", "player_id", "points", "region", "mode")}
+    retry["event_time"] = landed["event_time"].strftime("%Y-%m-%dT%H:%M:%SZ")
+    answer = world.client.post("/v1/events", json={"events": [retry]},
+                               headers={"X-API-Key": KEY_EU})
+    assert (answer.json()["accepted"], answer.json()["retries"]) == (0, 1)
+
+
 def test_metrics(world):
     world.client.get("/v1/boards/global/top", params={"n": 3})
     world.client.get("/v1/boards/global/top", params={"n": 3})

@@ -369,3 +369,68 @@ def test_an_unban_racing_a_live_fold_keeps_the_players_rows(world, redis_client)
             else:
                 ingestor.ingest(table, now=at, source="t")
     assert merged_view(redis_client, "none") == expected_keys(lake, registry)
+
+
+def test_a_rebase_or_rebuild_counts_re_deliveries_spread_over_files_once(world, redis_client):
+    """Issue 10 item 7: re-deliveries past the door's horizon land in later files; the
+    rebase (and a rebuild) folding all files since W counts each identity once, first
+    ingested wins, as the batch does."""
+    lake, registry, speed = world
+    events = random_stream(37, start=START, days=3, duplicate_share=0.4)
+    ingest_all(speed, lake, registry, events)
+    ids = [(r["match_id"], r["player_id"]) for f in landed_files(lake)
+           for r in pq.read_table(f.path, columns=["match_id", "player_id"]).to_pylist()]
+    assert len(ids) > len(set(ids))  # some re-deliveries were past the horizon and landed
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(lake.parent)})
+    # A version whose watermark precedes every event: all files are since W (duplicates of
+    # events the base absorbed are the documented exception, until the next batch).
+    speed.rebase(run_batch(settings, START.date() - timedelta(days=1)).manifest)
+    _assert_served_as_reference(lake, registry, redis_client)
+    redis_client.flushall()
+    speed.rebuild(day("2026-12-01T00:00:00"))
+    _assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_a_lost_state_is_neither_served_nor_folded_onto_until_rebuilt(world, redis_client):
+    """Issue 10 item 5: after Redis lost its data, merged reads raise StateLost (no silent
+    drop to the base), ingest lands nothing (the door's record is gone too), a fold onto the
+    new empty state is refused; `rebuild` brings back the state and the door's record."""
+    from leaderboard.speed_keys import StateLost
+    from serving.service import Leaderboards
+
+    lake, registry, speed = world
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(lake.parent)})
+    todo = batches(random_stream(38, start=START, days=2, duplicate_share=0.0))
+    first = [b for b in todo if b[0] <= day("2026-11-29T00:00:00")]
+    ingest_all_batches = [b for b in todo if b not in first]
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for at, table in first:
+            ingestor.ingest(table, now=at, source="t")
+        speed.rebase(run_batch(settings, START.date()).manifest)
+        for at, table in ingest_all_batches[:-1]:
+            ingestor.ingest(table, now=at, source="t")
+        version = speed.current()
+        served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-30T00:00:00"))
+        [leader] = served.merged("global", "all-time").top(1)
+        redis_client.flushall()
+        with pytest.raises(StateLost, match="leaderboard speed rebuild"):
+            served.player("global", leader.player_id, "all-time")
+        assert speed.status().state.startswith("lost")
+        files = len(landed_files(lake))
+        at, table = ingest_all_batches[-1]
+        with pytest.raises(StateLost):
+            ingestor.ingest(table, now=at, source="t")
+        assert len(landed_files(lake)) == files
+        last = landed_files(lake)[-1]
+        with pytest.raises(StateLost):
+            speed.folder.fold(version, last.writer, last.seq, pq.read_table(last.path))
+        landed_at, landed = ingest_all_batches[-2]  # the last batch in before the loss
+        speed.rebuild(landed_at + timedelta(hours=1))
+        assert speed.status().state.startswith("ok")
+        assert served.player("global", leader.player_id, "all-time")["rank"] == leader.rank
+        _assert_served_as_reference(lake, registry, redis_client)
+        retry = ingestor.ingest(landed, now=landed_at + timedelta(hours=1), source="t")
+        assert (retry.accepted, retry.retries) == (0, landed.num_rows)
+        assert ingestor.ingest(table, now=at, source="t").accepted == table.num_rows
+    _assert_served_as_reference(lake, registry, redis_client)

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from app.http.errors import documented
 from app.http.service import ServiceDep
 from leaderboard.manifest import ManifestError, read_current
+from leaderboard.speed_keys import StateLost, read_live_version
 from leaderboard.timeutil import format_instant
 
 __all__ = ["router"]
@@ -41,14 +42,21 @@ def healthz(service: ServiceDep) -> Response:
     if "redis" not in problems:
         try:
             # The version the speed pointer names (what reads merge with) must load too.
+            # Fresh, not the pointer reads reuse for a second: a lost state shows at once.
+            read_live_version(service.client, service.settings.lake_dir)
             answer["serving_version"] = service.boards.version().version.version
+        except StateLost as exc:
+            service.state_lost()
+            problems["speed_state"] = f"{exc}; the server is rebuilding it now"
         except ManifestError as exc:
             problems["serving_version"] = str(exc)
         except redis.RedisError as exc:
             problems["redis"] = f"Redis failed reading the version pointer: {exc}"
     answer["now"] = format_instant(service.settings.now())
     if problems:
-        return JSONResponse({"status": "unavailable", "error": "unavailable",
+        status = "degraded" if set(problems) == {"speed_state"} else "unavailable"
+        error = "speed_state_lost" if status == "degraded" else "unavailable"
+        return JSONResponse({"status": status, "error": error,
                              "message": "; ".join(problems.values()), "problems": problems,
                              **answer}, status_code=503)
     return JSONResponse({"status": "ok", **answer})
