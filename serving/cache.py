@@ -26,7 +26,8 @@ from typing import Any, Generic, TypeVar, cast
 
 import redis
 
-from serving.service import Leaderboards
+from leaderboard.speed_keys import StateLost
+from serving.service import Leaderboards, decode_cursor
 
 __all__ = ["DEFAULT_MAX_STALE", "DEFAULT_TTL", "CacheStats", "CacheUnavailable", "TopCache"]
 
@@ -211,6 +212,7 @@ class TopCache:
         stands in for it, so the stale answer of the right key can be found. `encode` (e.g.
         to JSON bytes) is applied once per refresh and cached in place of the answer."""
         found_board, found = boards.resolve(board, window)  # QueryError: never cached
+        decode_cursor(cursor)  # a bad cursor is the caller's error whatever Redis says
         failure: BaseException | None = None
         try:
             tag = boards.version().version.tag
@@ -221,6 +223,8 @@ class TopCache:
             with self._lock:
                 last = self._last_tag
             if last is None:
+                if isinstance(exc, StateLost):
+                    raise  # says what to run (and lets the app start the rebuild)
                 raise CacheUnavailable(
                     f"the speed layer (Redis) is unavailable ({exc}) and nothing is cached "
                     "yet; retry when Redis is back") from exc

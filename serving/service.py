@@ -32,7 +32,7 @@ from serving.merge import MergedBoard
 from serving.percentiles import keys_at, position_for, top_percent
 
 __all__ = ["MAX_AROUND_K", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED", "Leaderboards", "QueryError",
-           "encode_cursor"]
+           "decode_cursor", "encode_cursor"]
 
 UNRANKED = "unranked"
 
@@ -160,8 +160,8 @@ class Leaderboards:
 
     def top(self, board: str, n: int = 100, window: str | None = None,
             cursor: str | None = None) -> dict[str, Any]:
+        offset = decode_cursor(cursor)  # bad input says so whatever the state's health
         merged = self.merged(board, window)
-        offset = _decode_cursor(cursor)
         entries = merged.top(n, offset)
         total = merged.total()
         following = offset + len(entries)
@@ -269,7 +269,7 @@ def encode_cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str | None) -> int:
+def decode_cursor(cursor: str | None) -> int:
     if not cursor:
         return 0
     try:
