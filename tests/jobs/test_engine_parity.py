@@ -290,3 +290,38 @@ def test_drawn_registries_at_the_limits(data, tmp_path_factory):
     as_of = (max(e["ingested_at"] for e in world["events"]) + timedelta(hours=2)).date()
     duck, spark = _twins(root / "base", root)
     _run_both(duck, spark, str(config), as_of)  # everything is the batch's
+
+
+def test_events_before_1970_and_saturated_sums(tmp_path):
+    """Regression (issue 11.2 and 11.1) in both engines: a calendar from 1870 with events of
+    1964-65 (all-time only: far too late for their daily windows), a `last` board whose
+    latest event is before 1970, and sums that saturate at the key limit."""
+    raw = {"regions": ["r"], "modes": ["a", "b"],
+           "calendar": {"season": "quarterly", "all_time_start": "1870-01-01"},
+           "limits": {"grace": "0s"},
+           "boards": [
+               {"scope": "mode:a", "name": "sum-a", "ties": "earliest",
+                "windows": ["daily", "all-time"], "min_points": 0, "max_points": 2**19 - 1},
+               {"scope": "mode:b", "name": "last-b", "aggregation": "last",
+                "windows": ["all-time"], "min_points": -10, "max_points": 10}]}
+    registry = registry_from(raw)
+    landed = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    events = [{"match_id": f"m{i}", "player_id": player, "points": points, "event_time": at,
+               "region": "r", "mode": mode, "server_id": "s", "ingested_at": landed}
+              for i, (player, points, at, mode) in enumerate([
+                  ("p", 2**19 - 1, datetime(1965, 6, 1, tzinfo=UTC), "a"),
+                  ("p", 2**19 - 1, datetime(2026, 12, 1, tzinfo=UTC), "a"),
+                  ("q", 5, datetime(1964, 12, 31, 23, 59, tzinfo=UTC), "a"),
+                  ("p", 5, datetime(1965, 3, 1, tzinfo=UTC), "b"),
+                  ("p", -7, datetime(1964, 3, 1, tzinfo=UTC), "b"),
+                  ("q", 3, datetime(1963, 1, 1, tzinfo=UTC), "b")])]
+    config = tmp_path / "registry.toml"
+    write_registry(config, raw)
+    assert land(tmp_path / "base" / "lake", registry, events) == len(events)
+    duck, spark = _twins(tmp_path / "base", tmp_path)
+    _, _, published = _run_both(duck, spark, str(config), date(2026, 12, 1))
+    rows = {key: [(r["player_id"], r["score"]) for r in table.to_pylist()]
+            for key, table in published.standings.items()}
+    assert rows[("sum-a", "all-time")] == [("p", 2**19 - 1), ("q", 5)]
+    assert rows[("sum-a", "daily:2026-12-01")] == [("p", 2**19 - 1)]
+    assert rows[("last-b", "all-time")] == [("p", 5), ("q", 3)]
