@@ -7,7 +7,7 @@ Version V (as_of D) absorbs exactly the landed events with ingested_at < W = D+1
 dedupe by (match_id, player_id), first ingested wins; roll up per (player, event_date,
 region, mode, lateness mask); rebuild only the event dates and windows that received new
 rows since the previous version (or everything, on the first run, after a registry change,
-after a backfill into old partitions, or with --full); drop banned players; rank; check;
+after a landing into partitions it had closed, or with --full); drop banned players; rank; check;
 write beside the live version and swap `manifests/current.json`.
 """
 
@@ -369,7 +369,7 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
         mode = "incremental" if not late_landed else "full"
         if late_landed:
             say(f"{len(late_landed)} file(s) landed into partitions the previous version had "
-                "already closed (a backfill): recomputing in full")
+                "already closed (landed with a clock in the past): recomputing in full")
     base = previous if mode == "incremental" else None
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     if files:
@@ -392,10 +392,9 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
         say(f"deduped and rolled up {counted:,} events into {delta.num_rows:,} rollup rows")
         checkpoint("batch.rollups")
         return _Rolled(_write_rollups(lake, delta, plan.run), _rollup_dates(delta), counted)
-    # New partitions, plus absorbed (backfill) files that also hold rows stamped at or after
-    # the old watermark: the engine takes only rows in [since, watermark).
-    new_files = [str(f.path) for f in plan.files if f.ingest_date > base.as_of_date
-                 or stamp_range(f.path)[1] >= base.watermark_at]
+    # New partitions: a file's rows are all stamped on its partition's day (a backfill
+    # too), so older partitions hold nothing at or after the old watermark.
+    new_files = [str(f.path) for f in plan.files if f.ingest_date > base.as_of_date]
     absorbed_files = [str(lake / p) for p in sorted(absorbed_with_compactions(
         lake, base.inputs.get("files", {}))) if (lake / p).exists()]
     delta, counted = eng.rollup_events(

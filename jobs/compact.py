@@ -11,7 +11,7 @@ exactly the same rows, and is safe to run beside the live system because:
   date, and tracks progress per (writer, seq): a new file there would be folded again. So a
   partition is compacted only when it lies wholly below the live speed version's watermark
   (after the rebase onto the version that absorbed it), and only files whose rows were all
-  ingested before both watermarks (a backfill file may hold later rows: it stays as it is);
+  ingested before both watermarks;
 - only files the live batch version absorbed are compacted, and a record beside each new
   file lists the files it replaced, so the batch counts the new file as absorbed
   (`leaderboard.lake.absorbed_with_compactions`): no full recompute, no standings change;
@@ -56,7 +56,7 @@ from leaderboard.lake import (
     stamp_range,
 )
 from leaderboard.manifest import Manifest, read_current
-from leaderboard.schema import LANDED_SCHEMA
+from leaderboard.schema import LANDED_SCHEMA, as_landed
 from leaderboard.settings import Settings
 from leaderboard.timeutil import format_instant
 
@@ -134,7 +134,7 @@ class CompactionReport:
 def rows_checksum(table: pa.Table) -> str:
     """A checksum of a table's rows that ignores row order and file layout: sha256 over the
     rows sorted by every column, column by column (values, string lengths and bytes)."""
-    table = table.select(LANDED_SCHEMA.names).cast(LANDED_SCHEMA)
+    table = as_landed(table)
     if table.num_rows:
         table = table.sort_by([(name, "ascending") for name in LANDED_SCHEMA.names])
     digest = hashlib.sha256(f"rows={table.num_rows}".encode())
@@ -152,7 +152,8 @@ def rows_checksum(table: pa.Table) -> str:
             if data is not None and len(offsets) and offsets[-1] > offsets[0]:
                 digest.update(memoryview(data)[int(offsets[0]): int(offsets[-1])])
         else:
-            values = column.cast(pa.int64()) if pa.types.is_timestamp(column.type) else column
+            values = (column.cast(pa.int64()) if pa.types.is_timestamp(column.type)
+                      or pa.types.is_boolean(column.type) else column)
             digest.update(np.asarray(values.fill_null(0)).astype("<i8").tobytes())
     return digest.hexdigest()
 
@@ -230,7 +231,7 @@ def group_files(files: Sequence[FileFacts], *, max_rows: int = BACKFILL_FILE_ROW
 # -- I/O ------------------------------------------------------------------------------------
 
 def _read_rows(path: Path) -> pa.Table:
-    return pq.read_table(path).select(LANDED_SCHEMA.names).cast(LANDED_SCHEMA)
+    return as_landed(pq.read_table(path))
 
 
 def _partition(lake: Path, day: date) -> Path:

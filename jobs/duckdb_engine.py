@@ -33,12 +33,14 @@ def _sql_list(paths: Sequence[str]) -> str:
 
 
 def _mask_sql(bits: Sequence[LatenessBit]) -> str:
-    """The lateness mask of one event: bit j set iff it counts for bits[j]'s windows."""
+    """The lateness mask of one event: bit j set iff it counts for bits[j]'s windows (a
+    backfill counts in every window its event_time falls in)."""
     if not bits:
         return "0"
     parts = [
-        f"(CASE WHEN w_{b.kind.replace('-', '_')} IS NOT NULL AND epoch_us(e.ingested_at) <= "
-        f"w_{b.kind.replace('-', '_')} + {b.grace_us} THEN {1 << b.bit} ELSE 0 END)"
+        f"(CASE WHEN w_{b.kind.replace('-', '_')} IS NOT NULL AND (e.backfill OR "
+        f"epoch_us(e.ingested_at) <= w_{b.kind.replace('-', '_')} + {b.grace_us}) "
+        f"THEN {1 << b.bit} ELSE 0 END)"
         for b in bits
     ]
     return " + ".join(parts)
@@ -48,6 +50,12 @@ def _saturated(total: str, limit: str) -> str:
     """A HUGEINT sum clamped to [-limit, limit] (see leaderboard.sortkey.saturate)."""
     return f"greatest(least({total}, {limit}), -({limit}))::BIGINT"
 
+
+#: Landed files of any age: files from before the `backfill` column read it as null (and the
+#: empty branch gives the column when no file has it yet).
+_LANDED_SQL = ("SELECT * FROM read_parquet($files, filename = true, hive_partitioning = false, "
+               "union_by_name = true) UNION ALL BY NAME SELECT NULL::BOOLEAN AS backfill "
+               "WHERE false")
 
 _ROLLUP_AGGREGATES = f"""
     count(*)::BIGINT AS matches,
@@ -136,8 +144,9 @@ class DuckDBEngine:
             window += f" AND ingested_at >= make_timestamp({epoch_us(since)})::TIMESTAMPTZ"
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE new_events AS
-            SELECT match_id, player_id, points, event_time, region, mode, ingested_at
-            FROM read_parquet($files, filename = true, hive_partitioning = false)
+            SELECT match_id, player_id, points, event_time, region, mode, ingested_at,
+                   coalesce(backfill, false) AS backfill
+            FROM ({_LANDED_SQL})
             WHERE {window}
             QUALIFY row_number() OVER (PARTITION BY match_id, player_id
                                        ORDER BY ingested_at, filename) = 1

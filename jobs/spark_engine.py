@@ -93,7 +93,7 @@ _WINDOW_COLUMNS = pa.schema([("board", pa.string()), ("window_id", pa.string())]
 
 # Read schemas (DDL): no footer inference, and only the columns used are read.
 _EVENTS_DDL = ("match_id string, player_id string, points bigint, event_time timestamp, "
-               "region string, mode string, ingested_at timestamp")
+               "region string, mode string, ingested_at timestamp, backfill boolean")
 _ROLLUP_DDL = ("player_id string, event_date date, region string, mode string, mask bigint, "
                "matches bigint, points_sum bigint, max_points bigint, max_at timestamp, "
                "min_points bigint, min_at timestamp, last_points bigint, last_match string, "
@@ -168,16 +168,20 @@ def _day_of(micros: str) -> Column:
 
 
 def _mask(bits: Sequence[LatenessBit]) -> Column:
-    """The lateness mask of one event: bit j set iff it counts for bits[j]'s windows."""
+    """The lateness mask of one event: bit j set iff it counts for bits[j]'s windows (a
+    backfill counts in every window its event_time falls in; a file without the column, or
+    a null, is not a backfill)."""
     from pyspark.sql import functions as F
 
     if not bits:
         return F.lit(0).cast("bigint")
     mask = F.lit(0).cast("bigint")
+    backfill = F.coalesce(F.col("backfill"), F.lit(False))
     for b in bits:
         end = F.col(f"w_{b.kind.replace('-', '_')}")
-        mask = mask + F.when(end.isNotNull() & (F.col("ingested_us") <= end + F.lit(b.grace_us)),
-                             F.lit(1 << b.bit).cast("bigint")).otherwise(F.lit(0).cast("bigint"))
+        counts = end.isNotNull() & (backfill | (F.col("ingested_us") <= end + F.lit(b.grace_us)))
+        mask = mask + F.when(counts, F.lit(1 << b.bit).cast("bigint")).otherwise(
+            F.lit(0).cast("bigint"))
     return mask
 
 
@@ -567,7 +571,7 @@ class SparkEngine:
         first = (events.where(keep)
                  .groupBy("match_id", "player_id")
                  .agg(F.min(F.struct("ingested_us", "file_order", "t", "points", "region",
-                                     "mode")).alias("e"))
+                                     "mode", "backfill")).alias("e"))
                  .select("match_id", "player_id", "e.*"))
         if absorbed and since is not None:
             seen = (self.spark.read.schema(_EVENTS_DDL).parquet(*map(_for_spark, absorbed))

@@ -109,13 +109,17 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
         con.execute("SET TimeZone = 'UTC'")
         events = sorted(str(p) for p in lake.glob("events/ingest_date=*/part-*.parquet"))
         if events:
-            con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({_paths_sql(events)},"
-                        " hive_partitioning = true)")
+            # Files from before the backfill column read it as false.
+            con.execute("CREATE VIEW events AS SELECT * REPLACE (coalesce(backfill, false) AS "
+                        f"backfill) FROM (SELECT * FROM read_parquet({_paths_sql(events)}, "
+                        "hive_partitioning = true, union_by_name = true) UNION ALL BY NAME "
+                        "SELECT NULL::BOOLEAN AS backfill WHERE false)")
         else:
             con.execute("CREATE VIEW events AS SELECT NULL::VARCHAR AS match_id, NULL::VARCHAR "
                         "AS player_id, NULL::BIGINT AS points, NULL::TIMESTAMPTZ AS event_time, "
                         "NULL::VARCHAR AS region, NULL::VARCHAR AS mode, NULL::VARCHAR AS "
-                        "server_id, NULL::TIMESTAMPTZ AS ingested_at, NULL::DATE AS ingest_date "
+                        "server_id, NULL::TIMESTAMPTZ AS ingested_at, NULL::BOOLEAN AS backfill, "
+                        "NULL::DATE AS ingest_date "
                         "WHERE false")
         for name, column, columns in (("standings", "path", _STANDINGS_COLUMNS),
                                       ("histograms", "histogram", _HISTOGRAM_COLUMNS)):

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from leaderboard.schema import LANDED_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, conform
@@ -287,14 +286,17 @@ class LandingWriter:
         return (self.lake / kind / f"ingest_date={day.isoformat()}"
                 / f"part-{self.writer}-{seq:012d}.parquet")
 
-    def land(self, events: pa.Table, ingested_at: datetime | pa.Array) -> list[LandedFile]:
-        """Land validated events (EVENT_SCHEMA), stamping ingested_at.
+    def land(self, events: pa.Table, ingested_at: datetime, *, backfill: bool = False
+             ) -> list[LandedFile]:
+        """Land validated events (EVENT_SCHEMA), stamping ingested_at and the backfill flag.
 
-        A scalar stamp gives one file in that day's partition. Per-row stamps (backfills) give
-        files of at most BACKFILL_FILE_ROWS rows, each in the partition of its earliest stamp.
-        Rows are sorted by event_time inside a live file for row-group pruning.
+        Files of at most BACKFILL_FILE_ROWS rows in the partition of the landing day, rows
+        sorted by event_time inside a file for row-group pruning. A backfill is stamped with
+        its landing time like any event; `backfill` carries "this is history" instead.
         """
-        return self._write_stamped(events, ingested_at, "events", LANDED_SCHEMA, "event_time",
+        flagged = events.append_column(
+            "backfill", pa.array(np.full(events.num_rows, backfill), pa.bool_()))
+        return self._write_stamped(flagged, ingested_at, "events", LANDED_SCHEMA, "event_time",
                                    _LANDED_DICTIONARY)
 
     def quarantine(self, rejected: pa.Table, ingested_at: datetime) -> list[LandedFile]:
@@ -302,31 +304,19 @@ class LandingWriter:
         return self._write_stamped(rejected, ingested_at, "quarantine", QUARANTINE_SCHEMA, None,
                                    True)
 
-    def _write_stamped(self, table: pa.Table, ingested_at: datetime | pa.Array, kind: str,
+    def _write_stamped(self, table: pa.Table, ingested_at: datetime, kind: str,
                        schema: pa.Schema, sort_by: str | None,
                        use_dictionary: bool | list[str]) -> list[LandedFile]:
         if table.num_rows == 0:
             return []
-        if isinstance(ingested_at, datetime):
-            stamp = to_utc(ingested_at)
-            micros = epoch_us(stamp)
-            stamps = pa.array(np.full(table.num_rows, micros, dtype=np.int64)).view(TIMESTAMP)
-            stamped = conform(table.append_column("ingested_at", stamps).select(schema.names),
-                               schema)
-            groups: list[tuple[date, pa.Table]] = [(stamp.date(), stamped)]
-        else:
-            # Backfill: per-row stamps. A file sits in the partition of its *earliest* stamp,
-            # so pruning by `ingest_date <= D` never misses a row with ingested_at < D+1;
-            # readers filter rows by ingested_at. Chunks by row count, not by day, so a
-            # century of history lands as a few files, not one per day.
-            stamps = pc.cast(ingested_at, TIMESTAMP)
-            stamped = (table.append_column("ingested_at", stamps).select(schema.names)
-                       .cast(schema).sort_by("ingested_at"))
-            groups = []
-            for offset in range(0, stamped.num_rows, BACKFILL_FILE_ROWS):
-                part = stamped.slice(offset, BACKFILL_FILE_ROWS)
-                first = part.column("ingested_at")[0].as_py()
-                groups.append((first.date(), part))
+        stamp = to_utc(ingested_at)
+        micros = epoch_us(stamp)
+        stamps = pa.array(np.full(table.num_rows, micros, dtype=np.int64)).view(TIMESTAMP)
+        stamped = conform(table.append_column("ingested_at", stamps).select(schema.names),
+                          schema)
+        # Chunked by rows (a large import), every chunk in the landing day's partition.
+        groups = [(stamp.date(), stamped.slice(offset, BACKFILL_FILE_ROWS))
+                  for offset in range(0, stamped.num_rows, BACKFILL_FILE_ROWS)]
         written = []
         for day, part in groups:
             seq = self._reserve()

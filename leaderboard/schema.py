@@ -11,6 +11,7 @@ __all__ = [
     "LANDED_SCHEMA",
     "QUARANTINE_SCHEMA",
     "TIMESTAMP",
+    "as_landed",
     "conform",
 ]
 
@@ -32,8 +33,12 @@ EVENT_SCHEMA = pa.schema([
     pa.field("server_id", pa.string(), nullable=False),
 ])
 
-#: A landed event: `ingested_at` is stamped at landing, never by the client.
-LANDED_SCHEMA = EVENT_SCHEMA.append(pa.field("ingested_at", TIMESTAMP, nullable=False))
+#: A landed event: `ingested_at` is stamped at landing, never by the client. `backfill` marks
+#: a trusted historical import, the one exception to the lateness rule (it counts in every
+#: window its event_time falls in); files landed before the column existed read it as false,
+#: and so does null.
+LANDED_SCHEMA = EVENT_SCHEMA.append(pa.field("ingested_at", TIMESTAMP, nullable=False)).append(
+    pa.field("backfill", pa.bool_()))
 
 EVENT_FIELDS: tuple[str, ...] = tuple(LANDED_SCHEMA.names)
 
@@ -56,3 +61,11 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             for column, field in zip(table.columns, schema, strict=True)):
         return pa.Table.from_arrays(table.columns, schema=schema)
     return table.cast(schema)
+
+
+def as_landed(table: pa.Table) -> pa.Table:
+    """A landed file's rows in LANDED_SCHEMA: a file from before the `backfill` column gets
+    it as false (every reader of landed files goes through here or coalesces the same way)."""
+    if "backfill" not in table.column_names:
+        table = table.append_column("backfill", pa.array([False] * table.num_rows, pa.bool_()))
+    return conform(table.select(LANDED_SCHEMA.names), LANDED_SCHEMA)

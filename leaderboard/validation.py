@@ -544,8 +544,8 @@ def validate_events(
     """Validate a batch of raw events against the registry.
 
     `now` is the landing clock (for the future check); `ingested_at` is when the rows land
-    (a scalar, one value per row, or "event_time" for backfills, where each row is stamped
-    with its own event_time; defaults to `now`) for the lateness rule.
+    (a scalar, one value per row, or "event_time" for backfills, which the lateness rule
+    does not apply to; defaults to `now`) for the lateness rule.
     Columns may be typed or text (CSV/JSON); unknown columns are ignored.
     """
     n = table.num_rows

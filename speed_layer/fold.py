@@ -345,6 +345,8 @@ def plan_updates(table: pa.Table, registry: Registry,
     """Aggregate landed events per (board-window, player) with the counting rule.
 
     Only events with ingested_at >= watermark are speed events (the batch absorbed the rest).
+    A backfill row counts in every window its event_time falls in (files without the
+    column hold none).
     """
     if watermark is not None and table.num_rows:
         table = table.filter(pc.greater_equal(table.column("ingested_at"),
@@ -355,6 +357,9 @@ def plan_updates(table: pa.Table, registry: Registry,
     calendar = registry.calendar
     event_us = np.asarray(pc.cast(table.column("event_time"), pa.int64()).to_numpy())
     landed_us = np.asarray(pc.cast(table.column("ingested_at"), pa.int64()).to_numpy())
+    backfill = (np.asarray(pc.fill_null(table.column("backfill"), False).to_numpy(
+        zero_copy_only=False), dtype=bool) if "backfill" in table.column_names
+        else np.zeros(table.num_rows, dtype=bool))
     days, day_index = np.unique(event_us // _US_PER_DAY, return_inverse=True)
     dates = [date(1970, 1, 1) + timedelta(days=int(d)) for d in days]
     regions = table.column("region")
@@ -384,7 +389,7 @@ def plan_updates(table: pa.Table, registry: Registry,
             found = kinds[kind]
             deadlines = np.array([_deadline(w, grace_us) for w in found.windows],
                                  dtype=np.int64)
-            counts = applies & found.in_window & (landed_us <= deadlines[day_index])
+            counts = applies & found.in_window & (backfill | (landed_us <= deadlines[day_index]))
             if not counts.any():
                 continue
             layout = registry.layout(board, kind)

@@ -102,15 +102,18 @@ class Ingestor:
     ) -> IngestReport:
         """Ingest one batch landed at `now`.
 
-        `backfill` (trusted historical imports) stamps ingested_at from event_time, so old
-        windows are not treated as late. `unparseable` rows (already in quarantine form) from
-        the reader are quarantined alongside. `row_reasons` lists why each row of `table`
-        was rejected (the HTTP API answers per row). A failure of Redis before landing
+        `backfill` (trusted historical imports) is stamped at landing like any event and
+        flagged: it is the one exception to the lateness rule (it counts in every window its
+        event_time falls in) and is folded at once. It passes the door like any event, so the
+        same import re-run within the horizon lands nothing twice. `unparseable` rows
+        (already in quarantine form) from the reader are quarantined alongside.
+        `row_reasons` lists why each row of `table` was rejected (the HTTP API answers per
+        row). A failure of Redis before landing
         raises (nothing landed); after landing it is reported in `fold_error` (the rows are
         durable, and `SpeedLayer.repair` folds them later).
         """
-        ingested_at: datetime | pa.ChunkedArray = now
         validated = validate_events(
+            # A backfill is checked as if landed at its own event_time: never late.
             table, self.registry, now=now, ingested_at="event_time" if backfill else now,
             default_server_id=default_server_id, source=source,
         )
@@ -120,7 +123,7 @@ class Ingestor:
                                          .cast(rejected.schema)])
         accepted, retries, claim = validated.accepted, 0, None
         prev = self.writer.last_event_seq
-        if self.speed is not None and not backfill:
+        if self.speed is not None:
             accepted, retries, claim = self.speed.claim(accepted, now, self.writer.writer,
                                                         self.writer.next_seq)
         report = IngestReport(
@@ -134,11 +137,9 @@ class Ingestor:
                 validated.rejected_rows.tolist(),
                 validated.rejected.column("reason").to_pylist(),
                 validated.rejected.column("detail").to_pylist(), strict=True))
-        if backfill:
-            ingested_at = accepted.column("event_time")
         try:
             faults.checkpoint("ingest.after_claim")
-            report.files = self.writer.land(accepted, ingested_at)
+            report.files = self.writer.land(accepted, now, backfill=backfill)
         except BaseException:
             if claim is not None and claim.groups:
                 # A retry must be accepted for every row that did not land (a landing over
@@ -152,8 +153,7 @@ class Ingestor:
                 claim.settle()
         report.quarantine_files = self.writer.quarantine(rejected, now)
         if self.speed is not None and report.files:
-            # Claimed ids are already remembered; backfilled rows are folded too where they
-            # are past the watermark, but not remembered (the batch dedupes trusted imports).
+            # Claimed ids are already remembered.
             try:
                 self.speed.after_land(report.files, accepted, now, remember=False,
                                       prev=prev)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from leaderboard.lake import LandingWriter
+from leaderboard.lake import LandedFile, LandingWriter, atomic_write_parquet
 from leaderboard.registry import Registry, parse_registry
 from leaderboard.schema import TIMESTAMP
 from speed_layer.ingest import Ingestor
@@ -139,3 +139,17 @@ def batches(events: list[dict]) -> list[tuple]:
             "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
             "server_id": ["s1"] * len(rows)})))
     return result
+
+
+def land_legacy_backfill(lake: Path, writer: str, events: pa.Table,
+                         stamps: pa.Array) -> LandedFile:
+    """One file as backfills were landed before issue 10 item 4: every row stamped with its
+    own ingested_at, no `backfill` column, in the partition of its earliest stamp. Lakes
+    landed then still hold such files; compaction and retention must keep their guards."""
+    stamped = events.append_column("ingested_at", stamps.cast(TIMESTAMP))
+    day = min(stamped.column("ingested_at").to_pylist()).date()
+    with LandingWriter(lake, writer) as handle:
+        seq = handle._reserve()
+        target = handle._target("events", day, seq)
+        atomic_write_parquet(stamped, target, sort_by="event_time")
+    return LandedFile(writer, seq, day, target, stamped.num_rows)

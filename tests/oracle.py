@@ -81,8 +81,11 @@ def reference_standings(
     windows: dict[tuple[str, str], object] = {}
     for event in absorbed_events(lake, watermark):
         for board in registry.boards_for(event["region"], event["mode"]):
+            # A backfill counts in every window its event_time falls in: as if it had
+            # landed at its event_time (files without the column hold no backfill).
+            landed = event["event_time"] if event.get("backfill") else event["ingested_at"]
             for window in calendar.counted_windows(board.windows, event["event_time"],
-                                                   event["ingested_at"], board.grace):
+                                                   landed, board.grace):
                 key = (board.name, window.id)
                 windows[key] = window
                 players = groups.setdefault(key, {})

@@ -134,13 +134,14 @@ def test_backfill_football_then_batch_and_report(data, capsys, football_results)
     assert report["files"][0]["format"] == "football"
     assert report["total"]["accepted"] == 2 * 49_520 - 2 * report["files"][0]["skipped"]
     assert report["total"]["rejected"] == 0
-    code, summary = run_json(capsys, "--config", "football", "batch", "--as-of", "2026-07-31")
+    # Stamped at landing (NOW): the night of NOW absorbs it.
+    code, summary = run_json(capsys, "--config", "football", "batch", "--as-of", "2026-12-01")
     assert code == 0
     assert summary["mode"] == "full"
     assert summary["events"] == report["total"]["accepted"]
     out = data / "chart.png"
     assert main(["--config", "football", "report", "global", "--window", "season:2026-S2",
-                 "--as-of", "2026-07-31", "--out", str(out)]) == 0
+                 "--as-of", "2026-12-01", "--out", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 

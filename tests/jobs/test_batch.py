@@ -194,9 +194,10 @@ def test_absorbs_exactly_what_was_ingested_before_the_watermark(tmp_path):
     assert published(tmp_path)[("global", "all-time")][0][5] == 1  # matches: only "in"
 
 
-def test_a_backfill_file_spanning_the_watermark_is_absorbed_night_by_night(tmp_path):
-    """A backfill file lands in the partition of its earliest stamp but holds later stamps:
-    each incremental night absorbs exactly its rows in [W(previous), W)."""
+def test_a_backfill_is_absorbed_by_the_first_night_after_it_lands(tmp_path):
+    """A backfill is stamped at landing (11-30): the nights before absorb none of it, the
+    night of its landing all of it, counted in every window its event_time falls in, late
+    or not (the reference applies the same rule)."""
     from leaderboard.lake import LandingWriter
     from leaderboard.schema import TIMESTAMP
     from speed_layer.ingest import Ingestor
@@ -214,11 +215,12 @@ def test_a_backfill_file_spanning_the_watermark_is_absorbed_night_by_night(tmp_p
         report = Ingestor(registry, writer).ingest(table, now=day("2026-11-30"), source="t",
                                                    backfill=True)
     assert report.accepted > 0
-    for as_of in (date(2026, 11, 22), date(2026, 11, 23), date(2026, 11, 25)):
-        run_batch(settings_for(tmp_path), as_of)
-        assert read_current(tmp_path / "lake").inputs["mode"] == (
-            "full" if as_of == date(2026, 11, 22) else "incremental")
-        assert_matches_reference(tmp_path, registry, as_of)
+    run_batch(settings_for(tmp_path), date(2026, 11, 29))
+    assert read_current(tmp_path / "lake").inputs["events"] == 0
+    run_batch(settings_for(tmp_path), date(2026, 11, 30))
+    assert read_current(tmp_path / "lake").inputs["mode"] == "incremental"
+    assert read_current(tmp_path / "lake").inputs["events"] == report.accepted
+    assert_matches_reference(tmp_path, registry, date(2026, 11, 30))
 
 
 def test_last_match_id_is_the_latest_event_ties_by_the_larger_match(tmp_path):
@@ -332,8 +334,8 @@ def test_football_results_match_the_reference(tmp_path, football_results):
     with LandingWriter(tmp_path / "lake", "f") as writer:
         Ingestor(registry, writer).ingest(table, now=day("2026-12-01"), source="football",
                                           backfill=True)
-    run_batch(settings_for(tmp_path, "football"), date(2026, 7, 31))
-    assert_matches_reference(tmp_path, registry, date(2026, 7, 31))
+    run_batch(settings_for(tmp_path, "football"), date(2026, 12, 1))
+    assert_matches_reference(tmp_path, registry, date(2026, 12, 1))
     top = published(tmp_path)[("global", "all-time")]
     assert top[0][3] == 1
     assert top[1][3] >= 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from lakes import day, land, random_stream
+from lakes import day, land, land_legacy_backfill, random_stream
 from views import published_standings
 
 from jobs.batch import run_batch
@@ -233,13 +233,14 @@ def test_an_open_landing_write_blocks_the_partition(world):
 def test_backfill_rows_past_the_watermark_and_late_files_stay_as_they_are(world):
     data, control = world
     lake = data / "lake"
-    # a backfill file in partition D holding a row stamped after the watermark
+    # a backfill file of an older lake in partition D holding a row stamped after the
+    # watermark (backfills are stamped at landing now; such files remain)
     rows = [landed_row("bf1", "p001", 4, START + timedelta(hours=2)),
             landed_row("bf2", "p002", 6, START + timedelta(days=1, hours=3))]
     stamps = pa.array([r.pop("ingested_at") for r in rows], TIMESTAMP)
     for target in (data, control):
-        with LandingWriter(target / "lake", "bf") as writer:
-            [backfill] = writer.land(pa.Table.from_pylist(rows, schema=EVENT_SCHEMA), stamps)
+        backfill = land_legacy_backfill(target / "lake", "bf",
+                                        pa.Table.from_pylist(rows, schema=EVENT_SCHEMA), stamps)
     assert backfill.ingest_date == D
     run_batch(settings_for(data), D)
     run_batch(settings_for(control), D)
@@ -249,7 +250,7 @@ def test_backfill_rows_past_the_watermark_and_late_files_stay_as_they_are(world)
         with LandingWriter(target / "lake", "late") as writer:
             writer.land(pa.Table.from_pylist([{k: v for k, v in late[0].items()
                                                if k != "ingested_at"}], schema=EVENT_SCHEMA),
-                        pa.array([late[0]["ingested_at"]], TIMESTAMP))
+                        late[0]["ingested_at"])
     report = compact_partition(lake, D, speed=speed_on(D))
     backfill_rel = str(backfill.path.relative_to(control / "lake"))  # the same in both
     assert "at or after" in report.left[backfill_rel]
@@ -320,7 +321,7 @@ def test_a_compacted_partition_can_be_compacted_again(world):
             for row in rows:
                 event = {k: v for k, v in row.items() if k != "ingested_at"}
                 writer.land(pa.Table.from_pylist([event], schema=EVENT_SCHEMA),
-                            pa.array([row["ingested_at"]], TIMESTAMP))
+                            row["ingested_at"])
     as_of = D + timedelta(days=1)
     assert run_batch(settings_for(data), as_of).mode == "full"  # a backfill into a closed day
     run_batch(settings_for(control), as_of)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lakes import day, land, random_stream
+from lakes import day, land, land_legacy_backfill, random_stream
 from views import published_standings
 
 from jobs.batch import run_batch
@@ -24,7 +24,7 @@ from jobs.retention import (
     speed_version_tags,
     stale_speed_tags,
 )
-from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.lake import landed_files
 from leaderboard.manifest import list_versions, read_current, watermark_for
 from leaderboard.registry import load_registry
 from leaderboard.schema import EVENT_SCHEMA, TIMESTAMP
@@ -142,9 +142,8 @@ def test_partitions_something_still_needs_stay(world):
     late_stamp = watermark_for(D + timedelta(days=5)) + timedelta(hours=1)
     rows = [{"match_id": "bf", "player_id": f"p{i}", "points": 1, "event_time": START,
              "region": "na", "mode": "ranked", "server_id": "s"} for i in range(2)]
-    with LandingWriter(lake, "bf") as writer:
-        [backfill] = writer.land(pa.Table.from_pylist(rows, schema=EVENT_SCHEMA),
-                                 pa.array([START, late_stamp], TIMESTAMP))
+    backfill = land_legacy_backfill(lake, "bf", pa.Table.from_pylist(rows, schema=EVENT_SCHEMA),
+                                    pa.array([START, late_stamp], TIMESTAMP))
     assert backfill.ingest_date == D
     # the speed layer on an older version keeps what it may still fold
     behind = SpeedWatermark(present=True, watermark=watermark_for(D + timedelta(days=1)))

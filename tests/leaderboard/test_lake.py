@@ -23,7 +23,7 @@ from leaderboard.lake import (
     landed_files,
     parse_landed_name,
 )
-from leaderboard.schema import EVENT_SCHEMA, LANDED_SCHEMA, QUARANTINE_SCHEMA
+from leaderboard.schema import EVENT_SCHEMA, LANDED_SCHEMA, QUARANTINE_SCHEMA, as_landed
 from leaderboard.validation import validate_events
 
 
@@ -312,7 +312,8 @@ def test_a_landed_file(lake):
     assert table.schema.equals(LANDED_SCHEMA, check_metadata=False)
     assert table.column("match_id").to_pylist() == ["a", "b", "c"], "sorted by event_time"
     assert table.column("ingested_at").to_pylist() == [FIXED_NOW] * 3
-    assert table.drop_columns(["ingested_at"]).sort_by("match_id").to_pylist() == \
+    assert table.column("backfill").to_pylist() == [False] * 3
+    assert table.drop_columns(["ingested_at", "backfill"]).sort_by("match_id").to_pylist() == \
         events.sort_by("match_id").to_pylist()
     metadata = pq.ParquetFile(landed.path).metadata
     assert all(metadata.row_group(g).column(c).compression == "ZSTD"
@@ -360,57 +361,43 @@ def test_the_stamp_and_its_partition_are_utc(lake, stamp, day, utc):
 
 # -- backfills -----------------------------------------------------------------------------
 
-BACKFILL_STAMPS = [
-    datetime(2026, 12, 3, 1, tzinfo=UTC),
-    datetime(2026, 11, 30, 23, 59, 59, 999999, tzinfo=UTC),
-    datetime(2026, 12, 1, tzinfo=UTC),
-    datetime(2026, 12, 1, 13, tzinfo=UTC),
-    datetime(2026, 11, 30, 8, tzinfo=UTC),
-]
+BACKFILL_AT = datetime(2026, 12, 3, 1, tzinfo=UTC)
 
 
 def _backfill(lake: Path) -> list[LandedFile]:
     events = _events("d", "e", "c", "a", "b", hours=[1, 2, 3, 4, 5])
     with LandingWriter(lake, "w1") as writer:
-        return writer.land(events, pa.array(BACKFILL_STAMPS, pa.timestamp("us", tz="UTC")))
+        return writer.land(events, BACKFILL_AT, backfill=True)
 
 
-def _rows(files: list[LandedFile]) -> list[tuple[str, datetime]]:
-    return sorted((r["match_id"], r["ingested_at"]) for f in files
-                  for r in pq.read_table(f.path).to_pylist())
-
-
-def test_a_backfill_lands_every_row_with_its_own_stamp(lake):
-    files = _backfill(lake)
-    assert _rows(files) == sorted(zip("decab", BACKFILL_STAMPS, strict=True))
-    assert sum(f.rows for f in files) == 5
-
-
-def test_a_small_backfill_is_one_file_in_the_partition_of_its_earliest_stamp(lake):
-    """Since 5a91cb4 a backfill is chunked by row count, not split per ingest day: a file sits
-    in the partition of its earliest stamp, so `ingest_date <= D` pruning never misses a row
-    with ingested_at < D + 1 (readers filter rows by ingested_at)."""
+def test_a_backfill_is_stamped_at_landing_and_flagged(lake):
+    """Issue 10 item 4: a backfill's ingested_at is its landing time like any event's (it
+    was its event_time, so the speed layer skipped it); the flag says it is history."""
     [landed] = _backfill(lake)
-    assert landed.ingest_date == date(2026, 11, 30)
-    assert landed.path.parent.name == "ingest_date=2026-11-30"
+    assert landed.ingest_date == BACKFILL_AT.date()
     table = pq.read_table(landed.path)
     assert table.schema.equals(LANDED_SCHEMA, check_metadata=False)
+    assert set(table.column("ingested_at").to_pylist()) == {BACKFILL_AT}
+    assert set(table.column("backfill").to_pylist()) == {True}
     assert table.column("match_id").to_pylist() == ["d", "e", "c", "a", "b"], "by event_time"
+    with LandingWriter(lake, "w2") as writer:
+        [live] = writer.land(_events("f"), BACKFILL_AT)
+    assert pq.read_table(live.path).column("backfill").to_pylist() == [False]
 
 
-def test_a_large_backfill_is_chunked_in_stamp_order(lake, monkeypatch):
+def test_a_large_landing_is_chunked_in_one_partition(lake, monkeypatch):
     monkeypatch.setattr(lake_module, "BACKFILL_FILE_ROWS", 2)
     files = _backfill(lake)
     assert [f.seq for f in files] == [0, 1, 2]
     assert [f.rows for f in files] == [2, 2, 1]
-    stamps = sorted(BACKFILL_STAMPS)
-    assert [f.ingest_date for f in files] == [s.date() for s in stamps[::2]]
-    for landed, chunk in zip(files, (stamps[0:2], stamps[2:4], stamps[4:]), strict=True):
-        assert landed.path.parent.name == f"ingest_date={landed.ingest_date.isoformat()}"
-        got = sorted(pq.read_table(landed.path).column("ingested_at").to_pylist())
-        assert got == chunk
-        assert min(got).date() == landed.ingest_date, "never a row stamped before its partition"
-    assert _rows(files) == sorted(zip("decab", BACKFILL_STAMPS, strict=True))
+    assert {f.ingest_date for f in files} == {BACKFILL_AT.date()}
+
+
+def test_a_file_from_before_the_backfill_column_reads_as_live(lake):
+    [landed] = _backfill(lake)
+    old = pq.read_table(landed.path).drop_columns(["backfill"])
+    assert as_landed(old).column("backfill").to_pylist() == [False] * 5
+    assert as_landed(old).schema.equals(LANDED_SCHEMA)
 
 
 # -- quarantine ----------------------------------------------------------------------------
