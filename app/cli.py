@@ -623,6 +623,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_lake(args: argparse.Namespace) -> int:
     settings = _settings(args)  # `rebind` binds the data dir to this registry
+    if args.action == "sweep":
+        from jobs.sweep import SweepRefused, sweep_orphans
+
+        try:
+            swept = sweep_orphans(settings.lake_dir)
+        except SweepRefused as exc:
+            raise UsageError(str(exc)) from None
+        if args.json:
+            print(json.dumps(swept.as_dict()))
+        else:
+            out.print(f"swept {swept.files:,} file(s), {swept.bytes:,} bytes, of "
+                      f"{len(swept.runs)} killed batch run(s)"
+                      + (f": {', '.join(swept.runs)}" if swept.runs else ""))
+        return 0
     registry = settings.registry
     out.print(f"{settings.data_dir} is bound to the board registry {registry.source} "
               f"(fingerprint {registry.fingerprint})")
@@ -703,8 +717,10 @@ def _parser() -> argparse.ArgumentParser:
     unban = add("unban", _cmd_ban, "Unban a player and restore their standings exactly.")
     unban.add_argument("player")
 
-    lake = add("lake", _cmd_lake, "Lake upkeep: rebind the data dir to an edited registry.")
-    lake.add_argument("action", choices=["rebind"])
+    lake = add("lake", _cmd_lake, "Lake upkeep: rebind the data dir to an edited registry; "
+               "sweep the files of killed batch runs (every batch also does at its start).")
+    lake.add_argument("action", choices=["rebind", "sweep"])
+    lake.add_argument("--json", action="store_true")
 
     rep = add("report", _cmd_report, "Chart a board-window's score distribution as a PNG.")
     rep.add_argument("board")

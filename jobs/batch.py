@@ -36,6 +36,7 @@ from jobs.spec import (
     calendar_table,
     lateness_bits,
 )
+from jobs.sweep import SweepRefused, hold_run, sweep_orphans
 from leaderboard.bans import banned_players
 from leaderboard.binding import bind_registry
 from leaderboard.calendar import ALL_TIME
@@ -292,30 +293,46 @@ def run_batch(
         RewindRefused.check(lake, as_of)
     registry = settings.registry
     plan = _plan(lake, registry, as_of, full=full, say=say)
-    eng = open_engine(engine or settings.engine, spark_master=spark_master)
-    try:
-        say(f"{plan.mode} run as of {as_of} on {eng.name}: reading {len(plan.files)} landed "
-            "file(s)")
-        rolled = _roll_up(eng, lake, plan, say)
-        ranked = _rank(eng, lake, registry, plan, rolled, say)
-        say("checking the version")
-        checkpoint("batch.checks")
-        manifest = _checked_manifest(lake, registry, plan, rolled, ranked, eng.name)
-        seal([lake / p for p in {e["path"] for e in rolled.rollups.values()}]
-             + ranked.writer.paths)
-        write_version(lake, manifest, rollups=_rollup_table(rolled.rollups),
-                      standings=ranked.standings)
-        checkpoint("batch.manifest")
-        if publish:
-            if not allow_rewind:
-                RewindRefused.check(lake, as_of)  # a later night published meanwhile
-            swap_current(lake, manifest.version)
-            say(f"published version {manifest.version}")
-    finally:
-        eng.close()
+    # Running from before the first file to after the manifest: a sweep never takes this
+    # run's files. The sweep of what killed runs left comes first (jobs.sweep).
+    with hold_run(lake, plan.run):
+        _sweep(lake, say)
+        eng = open_engine(engine or settings.engine, spark_master=spark_master)
+        try:
+            say(f"{plan.mode} run as of {as_of} on {eng.name}: reading {len(plan.files)} landed "
+                "file(s)")
+            rolled = _roll_up(eng, lake, plan, say)
+            ranked = _rank(eng, lake, registry, plan, rolled, say)
+            say("checking the version")
+            checkpoint("batch.checks")
+            manifest = _checked_manifest(lake, registry, plan, rolled, ranked, eng.name)
+            seal([lake / p for p in {e["path"] for e in rolled.rollups.values()}]
+                 + ranked.writer.paths)
+            write_version(lake, manifest, rollups=_rollup_table(rolled.rollups),
+                          standings=ranked.standings)
+            checkpoint("batch.manifest")
+            if publish:
+                if not allow_rewind:
+                    RewindRefused.check(lake, as_of)  # a later night published meanwhile
+                swap_current(lake, manifest.version)
+                say(f"published version {manifest.version}")
+        finally:
+            eng.close()
     seconds = (datetime.now(UTC) - plan.started).total_seconds()
     return BatchResult(manifest, plan.mode, rolled.counted, len(ranked.needed), ranked.rows,
                        seconds)
+
+
+def _sweep(lake: Path, say: Step) -> None:
+    """Delete the files of killed runs (never one a manifest names, or a running run's)."""
+    try:
+        swept = sweep_orphans(lake)
+    except SweepRefused as exc:
+        say(f"no sweep of killed runs' files: {exc}")
+        return
+    if swept.files:
+        say(f"swept {swept.files} file(s) ({swept.bytes:,} bytes) of killed run(s) "
+            f"{', '.join(swept.runs)}")
 
 
 @dataclass(frozen=True)

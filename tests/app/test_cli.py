@@ -349,3 +349,19 @@ def test_batch_refuses_to_move_the_live_pointer_back(data, tmp_path, capsys):
     code, summary = run_json(capsys, "batch", "--as-of", "2026-11-29", "--allow-rewind")
     assert code == 0
     assert json.loads(pointer.read_text())["version"] == summary["version"]
+
+
+def test_lake_sweep_removes_what_a_dead_run_left(data, tmp_path, capsys):
+    good = tmp_path / "ok.jsonl"
+    good.write_text(json.dumps(dict(GOOD, event_time="2026-11-28T10:00:00Z")) + "\n")
+    assert main(["--now", "2026-11-28T12:00:00Z", "ingest", str(good)]) == 0
+    assert main(["batch", "--as-of", "2026-11-30"]) == 0
+    dead = data / "lake" / "rollups" / "run=2026-12-01.20261201T000000.dead00" / "part-0.parquet"
+    dead.parent.mkdir(parents=True)
+    dead.write_bytes(b"half a file")
+    capsys.readouterr()
+    code, report = run_json(capsys, "lake", "sweep")
+    assert code == 0
+    assert report == {"files": 1, "bytes": 11, "runs": ["2026-12-01.20261201T000000.dead00"]}
+    assert not dead.parent.exists()
+    assert main(["top", "global"]) == 0  # the live version is whole

@@ -1,0 +1,175 @@
+"""Sweep the files of batch runs that died before a manifest named them.
+
+A run writes its rollups (`rollups/run=<run>/`), standings and histograms
+(`.../part-<run>.parquet`) and its two indexes (`manifests/<run>/`) in place, then the
+manifest naming them. A run killed before its manifest leaves those files behind, and
+nothing reads or removes them (issue 10: 72 files, 9 MB in one kill). The sweep deletes a
+run's files only when no manifest names them, published or not, set aside as rejected
+(`<run>.json.rejected`) included, and the run is not running.
+
+A running run holds an exclusive lock on `runs/<run>.lock` for its whole life (from before
+its first file to after its manifest). The sweep lists candidate files first, then the
+running runs, then the manifests: a run that ends between those steps has written its
+manifest before it released its lock, so its files are either protected by the lock or
+named by a manifest the sweep reads afterwards. A killed process's lock is released by the
+kernel, so a dead run is never mistaken for a running one.
+
+It runs at the start of every batch (under the new run's own lock) and on demand
+(`leaderboard lake sweep`, the DAG's retention task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from leaderboard.manifest import Manifest, manifests_dir
+
+__all__ = ["SweepRefused", "SweepReport", "hold_run", "running_runs", "sweep_orphans"]
+
+_RUNS = "runs"
+_REJECTED = ".json.rejected"
+
+
+class SweepRefused(RuntimeError):
+    """The sweep cannot tell orphans from version files (an unreadable manifest)."""
+
+
+@dataclass
+class SweepReport:
+    """What a sweep removed: files (and bytes) of dead runs, and which runs they were."""
+
+    files: int = 0
+    bytes: int = 0
+    runs: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"files": self.files, "bytes": self.bytes, "runs": self.runs}
+
+
+def _lock_path(lake: Path, run: str) -> Path:
+    return lake / _RUNS / f"{run}.lock"
+
+
+@contextlib.contextmanager
+def hold_run(lake: Path, run: str) -> Iterator[None]:
+    """Mark `run` as running while the block runs (an exclusive lock the sweep respects)."""
+    path = _lock_path(lake, run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle: IO[bytes] = open(path, "ab")  # noqa: SIM115 - held for the whole block
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        # A sweep took the file for a dead run's between our open and our lock, and
+        # removed it: lock a new one.
+        handle.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # before the unlock: a sweep never sees it free
+        handle.close()
+
+
+def running_runs(lake: Path) -> set[str]:
+    """Runs whose lock is held now; the lock files of dead runs are removed on the way."""
+    running = set()
+    for path in sorted((lake / _RUNS).glob("*.lock")):
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            continue  # the run just ended
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                running.add(path.name.removesuffix(".lock"))
+                continue
+            path.unlink(missing_ok=True)
+    return running
+
+
+def _manifests(lake: Path) -> list[Manifest]:
+    """Every manifest, published, unpublished or set aside as rejected. An unreadable one
+    stops the sweep: its files cannot be told from orphans."""
+    found = []
+    for path in sorted(manifests_dir(lake).glob("*.json*")):
+        if path.name == "current.json" or not (path.name.endswith(".json")
+                                               or path.name.endswith(_REJECTED)):
+            continue
+        try:
+            found.append(Manifest.from_json(path.read_text()))
+        except (ValueError, TypeError) as exc:
+            raise SweepRefused(f"manifest {path} is unreadable ({exc}); the sweep deletes "
+                               "nothing until it is repaired or removed") from None
+    return found
+
+
+def _run_of(lake: Path, path: Path) -> str | None:
+    """The run that wrote a version file, from its path; None for a file no run wrote."""
+    relative = path.relative_to(lake).parts
+    if relative[0] == "rollups" and len(relative) >= 3 and relative[1].startswith("run="):
+        return relative[1].removeprefix("run=")
+    if relative[0] in ("standings", "histograms") and path.name.startswith("part-"):
+        return path.name.removeprefix("part-").removesuffix(".parquet")
+    if relative[0] == "manifests" and len(relative) == 3:
+        return relative[1]
+    return None
+
+
+def _candidates(lake: Path) -> list[Path]:
+    found: list[Path] = []
+    for kind in ("rollups", "standings", "histograms"):
+        found.extend(p for p in (lake / kind).rglob("*") if p.is_file())
+    found.extend(p for p in manifests_dir(lake).glob("*/*") if p.is_file())
+    return sorted(found)
+
+
+def sweep_orphans(lake: Path) -> SweepReport:
+    """Delete the files of dead runs that no manifest names; see the module docstring."""
+    candidates = _candidates(lake)  # first: a run starting later writes none of these
+    running = running_runs(lake)  # then: a run ending now has written its manifest
+    manifests = _manifests(lake)  # last
+    named_runs = {m.version for m in manifests}
+    orphans = [p for p in candidates
+               if (run := _run_of(lake, p)) is not None and run not in running
+               and run not in named_runs]
+    report = SweepReport()
+    if not orphans:
+        return report
+    # Versions name files of earlier runs (unchanged windows); those runs have manifests of
+    # their own, so this is a second guard, paid only when there is something to delete.
+    named: set[str] = set()
+    for manifest in manifests:
+        named.update(path for path, _rows in manifest.files(lake))
+    dead: set[str] = set()
+    for path in orphans:
+        run = _run_of(lake, path)
+        assert run is not None
+        if str(path.relative_to(lake)) in named:
+            continue
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        report.files += 1
+        report.bytes += size
+        dead.add(run)
+    report.runs = sorted(dead)
+    # Only a dead run's own folders: a shared one (standings/as_of=D/board=B/...) may be
+    # between a running run's mkdir and its first file.
+    for run in dead:
+        for folder in (lake / "rollups" / f"run={run}", manifests_dir(lake) / run):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return report
+

@@ -1,0 +1,127 @@
+"""The sweep of orphan version files left by killed batch runs (jobs.sweep)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+from lakes import day, land, random_stream
+
+from jobs.batch import run_batch
+from jobs.release import set_aside
+from jobs.sweep import SweepRefused, hold_run, running_runs, sweep_orphans
+from leaderboard.manifest import list_versions, read_current
+from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
+
+
+def _settings(data: Path) -> Settings:
+    return Settings.from_env({"LEADERBOARD_DATA": str(data)})
+
+
+def _version_files(lake: Path) -> set[str]:
+    """Every file under the version trees (rollups, standings, histograms, indexes)."""
+    found = set()
+    for kind in ("rollups", "standings", "histograms"):
+        found |= {str(p.relative_to(lake)) for p in (lake / kind).rglob("*") if p.is_file()}
+    found |= {str(p.relative_to(lake)) for p in (lake / "manifests").glob("*/*")
+              if p.is_file()}
+    return found
+
+
+def _named(lake: Path) -> set[str]:
+    """Files some manifest names (published, sealed, or set aside as rejected)."""
+    from leaderboard.manifest import Manifest
+
+    named = set()
+    for path in (lake / "manifests").glob("*.json*"):
+        if path.name != "current.json":
+            named |= {p for p, _ in Manifest.from_json(path.read_text()).files(lake)}
+    return named
+
+
+def _killed_run(data: Path, as_of: date, at: str) -> None:
+    """A batch run killed (SIGKILL) at fault checkpoint `at`, in a process of its own."""
+    env = {"LEADERBOARD_DATA": str(data), "PATH": "/usr/bin:/bin",
+           "LEADERBOARD_FAULTS": f"{at}=kill", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    code = ("from datetime import date; from jobs.batch import run_batch; "
+            "from leaderboard.settings import Settings; "
+            f"run_batch(Settings.from_env(), date.fromisoformat({as_of.isoformat()!r}))")
+    process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             timeout=300)
+    assert process.returncode == -9, process.stderr.decode()[-2000:]
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    land(tmp_path / "lake", load_registry(),
+         random_stream(11, start=day("2026-11-27"), days=4, late_share=0.1))
+    return tmp_path
+
+
+def test_a_killed_run_leaves_orphans_the_next_batch_sweeps(data: Path) -> None:
+    """Issue 10 item 8: a run killed after writing its standings leaves files no manifest
+    names; the next batch removes exactly those, nothing a version names."""
+    lake = data / "lake"
+    run_batch(_settings(data), date(2026, 11, 28))
+    run_batch(_settings(data), date(2026, 11, 29), publish=False)  # sealed, not live
+    rejected = run_batch(_settings(data), date(2026, 11, 29), publish=False).manifest
+    set_aside(lake, rejected.version)  # rejected, kept for a person to look at
+    kept = _version_files(lake)
+    assert kept == _named(lake)
+    _killed_run(data, date(2026, 11, 30), "batch.checks")
+    orphans = _version_files(lake) - kept
+    assert orphans, "the killed run wrote rollups and standings"
+    assert not orphans & _named(lake)
+    assert running_runs(lake) == set()  # the kernel released the dead run's lock
+
+    report = sweep_orphans(lake)
+    assert report.files == len(orphans)
+    assert report.bytes > 0
+    assert len(report.runs) == 1
+    assert _version_files(lake) == kept
+    assert not (lake / "rollups" / f"run={report.runs[0]}").exists()
+    assert sweep_orphans(lake).files == 0
+
+    # A batch sweeps at its start: a second kill's leftovers are gone after the next run.
+    _killed_run(data, date(2026, 11, 30), "batch.standings")
+    assert _version_files(lake) != kept
+    live = run_batch(_settings(data), date(2026, 11, 30)).manifest
+    assert read_current(lake).version == live.version  # type: ignore[union-attr]
+    assert _version_files(lake) == _named(lake)
+    assert {m.version for m in list_versions(lake)} >= {live.version}
+
+
+def test_a_running_runs_files_are_never_swept(data: Path) -> None:
+    lake = data / "lake"
+    run_batch(_settings(data), date(2026, 11, 28))
+    kept = _version_files(lake)
+    run = "2026-11-29.20261203T000000.abcdef"
+    partial = [lake / "rollups" / f"run={run}" / "part-0.parquet",
+               lake / "standings" / "as_of=2026-11-29" / "board=global" / "window=daily"
+               / f"part-{run}.parquet"]
+    with hold_run(lake, run):
+        for path in partial:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"being written")
+        assert running_runs(lake) == {run}
+        assert sweep_orphans(lake).files == 0
+        assert all(path.exists() for path in partial)
+    assert running_runs(lake) == set()
+    assert sweep_orphans(lake).files == 2
+    assert _version_files(lake) == kept
+
+
+def test_an_unreadable_manifest_stops_the_sweep(data: Path) -> None:
+    lake = data / "lake"
+    _killed_run(data, date(2026, 11, 28), "batch.checks")
+    before = _version_files(lake)
+    (lake / "manifests").mkdir(exist_ok=True)
+    (lake / "manifests" / "broken.json").write_text("{not json")
+    with pytest.raises(SweepRefused, match="deletes nothing"):
+        sweep_orphans(lake)
+    assert _version_files(lake) == before
