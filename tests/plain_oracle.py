@@ -157,8 +157,9 @@ def plain_standings(lake: Path, registry: Any, as_of: date | None = None, *,
                 window = _window(kind, at.astimezone(UTC).date(), calendar)
                 if window is None or at < window.start:
                     continue
-                if window.end is not None and (at >= window.end
-                                               or landed > window.end + board.grace):
+                # A backfill counts in every window its event_time falls in.
+                if window.end is not None and (at >= window.end or (
+                        not event.get("backfill") and landed > window.end + board.grace)):
                     continue
                 key = (board.name, window.id)
                 windows[key] = window

@@ -179,7 +179,8 @@ def served(data, tmp_path, capsys):
         for i, (name, points, region) in enumerate(players)))
     live = tmp_path / "live.jsonl"
     live.write_text(json.dumps(dict(GOOD, match_id="l1", player_id="dave", points=7)) + "\n")
-    assert main(["ingest", "--backfill", str(history)]) == 0
+    # A backfill is stamped at landing: landed on 11-30, the batch as of 11-30 absorbs it.
+    assert main(["--now", "2026-11-30T12:00:00Z", "ingest", "--backfill", str(history)]) == 0
     assert main(["batch", "--as-of", "2026-11-30"]) == 0
     assert main(["ingest", str(live)]) == 0
     capsys.readouterr()

@@ -61,8 +61,6 @@ pytestmark = pytest.mark.redis
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
 KNOWN_DEFECTS: set[str] = {
-    # issue 10 item 4: a trusted backfill landed after a batch is invisible until the next
-    "backfill-visible",
     # issue 10 item 5: ingest between a Redis loss and the rebuild
     "redis-loss-detection",
 }
