@@ -381,21 +381,40 @@ class OperationsMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: "redis-loss-detection" not in KNOWN_DEFECTS
                   and not self._ban_lost_by_a_rebase(self.model.watermark))
-    @rule(writer=st.sampled_from(["a", "b"]), matches=operations_events(PLAYERS))
+    @rule(writer=st.sampled_from(["a", "b"]), matches=operations_events(PLAYERS),
+          retry=st.booleans())
     def redis_loses_everything_while_ingest_goes_on(self, writer: str,
-                                                     matches: list[dict[str, Any]]) -> None:
-        """A flush, then a write before anyone rebuilds: the write is refused or folded onto
-        a rebuilt state, never onto the empty one; the reads answer exactly again once
-        rebuilt."""
+                                                     matches: list[dict[str, Any]],
+                                                     retry: bool) -> None:
+        """A flush, then a write (with a retry of a recent id, if asked) before anyone
+        rebuilds: the write is refused, or lands with the retry dropped and is folded onto a
+        rebuilt state, never onto the empty one; reads meanwhile are refused or exact; after
+        the rebuild they are exact."""
         STATS["redis_loses_everything_while_ingest_goes_on"] += 1
+        recent = self._accepted_recently(newer_than=HORIZON)
         self.reader.flushall()
         rows = self._new_rows(matches)
+        sent = list(rows)
+        if retry and recent:
+            event = recent[-1]
+            sent.append({"match_id": event.match_id, "player_id": event.player_id,
+                         "points": event.points, "region": event.region, "mode": event.mode,
+                         "event_time": event.event_time})
         try:
-            report = self._ingest(writer, rows)
+            report = self._ingest(writer, sent)
         except redis.RedisError:
             report = None
         if report is not None and report.accepted:
+            assert report.accepted == len(rows), \
+                ("a retry within the horizon was accepted after Redis lost its data",
+                 report.as_dict())
             self._landed(rows)
+        try:
+            check_answers(self.served, self.model, self.now, self.steps)
+        except AssertionError:
+            raise
+        except Exception:  # refusing to answer (degraded) is allowed
+            pass
         self.writers["a"].speed.rebuild(self.now)
 
     @rule(writer=st.sampled_from(["a", "b"]), matches=operations_events(PLAYERS),
