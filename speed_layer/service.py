@@ -229,8 +229,9 @@ class SpeedLayer:
             return old
         self.folder.catch_up(new, dedupe=True)
         # The base of V+1 holds only bans before its watermark: apply the rest before the
-        # flip, and again after it for a ban or unban that reached the lake meanwhile.
-        self.apply_bans(new)
+        # flip (nobody reads V+1 yet: one pipeline), and again after it for a ban or unban
+        # that reached the lake meanwhile.
+        self.apply_bans(new, atomic=False)
         faults.checkpoint("rebase.after_catch_up")
         self.client.set(CURRENT, new.to_json())
         faults.checkpoint("rebase.after_flip")
@@ -287,8 +288,9 @@ class SpeedLayer:
                 [t.filter(pc.less(t.column("ingested_at"), pa.scalar(
                     version.watermark, t.schema.field("ingested_at").type))) for t in recent])
             folded = self.folder.catch_up(version, building=True, dedupe=True, seen=seen)
-            self.apply_bans(version)
+            self.apply_bans(version, atomic=False)  # the pointer is not written yet
             self.client.set(CURRENT, version.to_json())
+            self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
             return folded + self.folder.catch_up(version)
         finally:
             if self.client.get(_REBUILDING) == token.encode():
@@ -324,28 +326,33 @@ class SpeedLayer:
         return found
 
     def _hide(self, version: SpeedVersion, players: set[str],
-              only: list[tuple[str, str]] | None = None) -> int:
+              only: list[tuple[str, str]] | None = None, *, atomic: bool = True) -> int:
         """Apply bans to one version's state: each player leaves M, their base keys go to T
         (so the base's copy is hidden too) and the board-window's B set holds them. `only`
-        limits it to those board-windows."""
+        limits it to those board-windows. `atomic=False` (a state nobody reads yet: before
+        a rebase's flip, during a rebuild) sends everything in one pipeline instead of one
+        transaction per board-window."""
         if not players:
             return 0
         windows = set(self._windows(version)) if only is None else set(only)
         bases = self._base_keys_of(version, players)
         touched = 0
+        bulk = self.client.pipeline(transaction=False)
         for player in sorted(players):
             base = bases[player]
             found = windows | set(base) if only is None else windows
             for board, window_id in sorted(found):
                 keys = BoardWindowKeys(board, window_id, version.tag)
-                pipe = self.client.pipeline(transaction=True)
+                pipe = self.client.pipeline(transaction=True) if atomic else bulk
                 pipe.sadd(keys.banned, player)
                 pipe.zrem(keys.merged, player)
                 pipe.hdel(keys.last_marks, player)
                 if (board, window_id) in base:
                     pipe.zadd(keys.touched, {player: base[(board, window_id)]})
-                pipe.execute()
+                if atomic or len(bulk) >= 4000:
+                    pipe.execute()
                 touched += 1
+        bulk.execute()
         if only is None:
             self.client.sadd(bans_key(version.tag), *sorted(players))
         return touched
@@ -397,14 +404,14 @@ class SpeedLayer:
         for player in sorted(players - banned):
             self._restore(version, player, windows)
 
-    def apply_bans(self, version: SpeedVersion) -> int:
+    def apply_bans(self, version: SpeedVersion, *, atomic: bool = True) -> int:
         """Make one version's state agree with the lake's ban state (latest tombstone wins),
         whatever each tombstone's time against the watermark: the batch applies only bans
         before its watermark, so a ban (or unban) since then is applied here, on every
         version the speed layer builds. Returns the number of players changed."""
         banned = self.sync_bans()
         applied = {_text(p) for p in self.client.smembers(bans_key(version.tag))}
-        self._hide(version, banned - applied)
+        self._hide(version, banned - applied, atomic=atomic)
         for player in sorted(applied - banned):
             self._restore(version, player)
         return len(banned ^ applied)
