@@ -288,7 +288,7 @@ def fold_rate(client: redis.Redis, control: redis.Redis, registry: Registry, dat
         task = progress.add_task("fold micro-batches", total=len(batches))
         began = time.perf_counter()
         for seq, batch in enumerate(batches):
-            folder.fold(version, "bench", seq, batch)
+            folder.fold(version, "bench", seq, batch, prev=seq - 1)  # files chain as landed
             progress.advance(task)
         seconds = time.perf_counter() - began
     client_commands = _CountingConnection.sent - sent
