@@ -547,9 +547,36 @@ def validate_events(
     (a scalar, one value per row, or "event_time" for backfills, which the lateness rule
     does not apply to; defaults to `now`) for the lateness rule.
     Columns may be typed or text (CSV/JSON); unknown columns are ignored.
+
+    The checks run by reason group, in the order a row's first failure is reported: types
+    and presence, identifiers, regions and modes, time bounds, points, windows and lateness.
     """
     n = table.num_rows
     checks = _Checks(n)
+    columns = _input_columns(table, n, default_server_id)
+    text, points, event_time = _check_types(columns, checks)
+    _check_ids(text, checks)
+    plan = _plan(registry)
+    codes = _check_scopes(text, registry, plan, checks)
+    micros = _to_micros(event_time)
+    _check_time_bounds(micros, registry, plan, now, checks)
+    landed = _landed_micros(ingested_at, now, micros, n)
+    # Which boards count a row depends only on its (region, mode) combo.
+    combo = codes["region"] * (plan.mode_other + 1) + codes["mode"]
+    _check_points(points, combo, registry, plan, checks)
+    _check_windows(micros, landed, combo, plan, checks)
+    accepted, duplicates = _accepted(text, points, event_time, ~checks.failed)
+    bad_rows = np.flatnonzero(checks.failed)
+    if not bad_rows.size:
+        return Validated(accepted=accepted, rejected=_REJECTED_SCHEMA.empty_table(),
+                         duplicates=duplicates)
+    return Validated(accepted=accepted, rejected=_rejected(columns, checks, bad_rows, source),
+                     duplicates=duplicates, rejected_rows=bad_rows.astype(np.int64))
+
+
+def _input_columns(table: pa.Table, n: int, default_server_id: str | None
+                   ) -> dict[str, pa.ChunkedArray]:
+    """Every input field as a column: absent ones null (server_id: the default, if given)."""
     columns: dict[str, pa.ChunkedArray] = {}
     for name in INPUT_FIELDS:
         if name in table.column_names:
@@ -563,8 +590,13 @@ def validate_events(
             columns[name] = pa.chunked_array([pa.array([default_server_id] * n, pa.string())])
         else:
             columns[name] = pa.chunked_array([pa.nulls(n, pa.string())])
+    return columns
 
-    # Types first, then presence: a wrong type is reported as such, not as missing.
+
+def _check_types(columns: dict[str, pa.ChunkedArray], checks: _Checks
+                 ) -> tuple[dict[str, pa.ChunkedArray], npt.NDArray[np.int64], pa.ChunkedArray]:
+    """bad_type, missing_field: the text columns, points and event_time, typed. Types first,
+    then presence: a wrong type is reported as such, not as missing."""
     text = {name: _as_text(columns[name], name, checks)
             for name in ("match_id", "player_id", "region", "mode", "server_id")}
     points = _as_points(columns["points"], checks)
@@ -573,8 +605,12 @@ def validate_events(
     for name in INPUT_FIELDS:
         if _has_nulls(typed[name]):
             checks.fail(_is_null(typed[name]), "missing_field", f"{name} is missing")
+    return text, points, event_time
 
-    # A cheap byte screen first; the exact checks run only on the rows it flags.
+
+def _check_ids(text: dict[str, pa.ChunkedArray], checks: _Checks) -> None:
+    """bad_match_id, bad_player_id, bad_server_id. A cheap byte screen first; the exact
+    checks run only on the rows it flags."""
     match_id = text["match_id"]
     bad_match = _exact_on(_screen(match_id, _printable_bytes, 1, _MATCH_ID_MAX), match_id,
                           _match_id_bad)
@@ -587,7 +623,11 @@ def validate_events(
         bad = _exact_on(_screen(values, _id_bytes, 3, 64), values, _id_bad)
         checks.fail(bad, code, lambda i, v=values, f=name: (
             f"{f} {_shown(v[i].as_py())} must be {ID_RULE}"))
-    plan = _plan(registry)
+
+
+def _check_scopes(text: dict[str, pa.ChunkedArray], registry: Registry, plan: _Plan,
+                  checks: _Checks) -> dict[str, npt.NDArray[np.int64]]:
+    """unknown_region, unknown_mode: each row's region and mode codes (unknown: `other`)."""
     codes: dict[str, npt.NDArray[np.int64]] = {}
     for name, code, known, known_set, other in (
             ("region", "unknown_region", registry.regions, plan.region_set, plan.region_other),
@@ -599,8 +639,12 @@ def validate_events(
             bad &= ~_is_null(values)
         checks.fail(bad, code, lambda i, v=values, f=name, k=known: (
             f"{f} {_shown(v[i].as_py())} is not one of {', '.join(k)}"))
+    return codes
 
-    micros = _to_micros(event_time)
+
+def _check_time_bounds(micros: npt.NDArray[np.int64], registry: Registry, plan: _Plan,
+                       now: datetime, checks: _Checks) -> None:
+    """before_calendar_start, event_time_in_future."""
     checks.fail(micros < plan.origin, "before_calendar_start",
                 lambda i: f"event_time {_iso(int(micros[i]))} is before the calendar "
                           f"start {registry.calendar.all_time_start}")
@@ -609,36 +653,48 @@ def validate_events(
                 lambda i: f"event_time {_iso(int(micros[i]))} is more than "
                           f"{registry.future_skew} ahead of the landing clock {now.isoformat()}")
 
+
+def _landed_micros(ingested_at: datetime | pa.Array | pa.ChunkedArray | str | None,
+                   now: datetime, micros: npt.NDArray[np.int64], n: int
+                   ) -> npt.NDArray[np.int64]:
+    """Each row's landing instant for the lateness rule (see validate_events)."""
     if ingested_at is None:
         ingested_at = now
     if isinstance(ingested_at, str):
         if ingested_at != "event_time":
             raise ValueError(f"ingested_at={ingested_at!r}: only 'event_time' is a valid name")
-        landed = micros
-    elif isinstance(ingested_at, datetime):
-        landed = np.full(n, epoch_us(ingested_at), dtype=np.int64)
-    else:
-        landed = _to_micros(_to_timestamp(ingested_at))
+        return micros
+    if isinstance(ingested_at, datetime):
+        return np.full(n, epoch_us(ingested_at), dtype=np.int64)
+    return _to_micros(_to_timestamp(ingested_at))
 
-    # Which boards count a row depends only on its (region, mode) combo.
-    combo = codes["region"] * (plan.mode_other + 1) + codes["mode"]
-    # Points: a row inside its combo's common range passes every board; the rest get each
-    # board's checks, in board order, so the first failing board is the one reported.
+
+def _check_points(points: npt.NDArray[np.int64], combo: npt.NDArray[np.int64],
+                  registry: Registry, plan: _Plan, checks: _Checks) -> None:
+    """points_out_of_bounds, sort_key_overflow. A row inside its combo's common range passes
+    every board; the rest get each board's checks, in board order, so the first failing
+    board is the one reported."""
     suspect = (points < plan.low[combo]) | (points > plan.high[combo])
-    if suspect.any():
-        for b, board in enumerate(registry.boards):
-            applies = suspect & plan.applies[b][combo]
-            out = applies & ((points < board.min_points) | (points > board.max_points))
-            checks.fail(out, "points_out_of_bounds", lambda i, b=board: (
-                f"points {points[i]} outside [{b.min_points}, {b.max_points}] of board {b.name}"))
-            fit = plan.fits[b]
-            if fit is not None:
-                checks.fail(applies & (np.abs(points) > fit), "sort_key_overflow",
-                            lambda i, b=board, f=fit: (
-                                f"points {points[i]} exceed |{f}|, the exact sort-key range of "
-                                f"board {b.name}"))
+    if not suspect.any():
+        return
+    for b, board in enumerate(registry.boards):
+        applies = suspect & plan.applies[b][combo]
+        out = applies & ((points < board.min_points) | (points > board.max_points))
+        checks.fail(out, "points_out_of_bounds", lambda i, b=board: (
+            f"points {points[i]} outside [{b.min_points}, {b.max_points}] of board {b.name}"))
+        fit = plan.fits[b]
+        if fit is not None:
+            checks.fail(applies & (np.abs(points) > fit), "sort_key_overflow",
+                        lambda i, b=board, f=fit: (
+                            f"points {points[i]} exceed |{f}|, the exact sort-key range of "
+                            f"board {b.name}"))
 
-    # Windows only for rows still ok: a rejected event_time may be anywhere in years 1-9999.
+
+def _check_windows(micros: npt.NDArray[np.int64], landed: npt.NDArray[np.int64],
+                   combo: npt.NDArray[np.int64], plan: _Plan, checks: _Checks) -> None:
+    """bad_type (a window past date.max), no_window, too_late. Windows only for rows still
+    ok: a rejected event_time may be anywhere in years 1-9999."""
+    n = micros.shape[0]
     pending = np.flatnonzero(~checks.failed)
     best_deadline = np.full(n, -np.inf)
     out_of_range = np.zeros(n, dtype=bool)
@@ -671,7 +727,10 @@ def validate_events(
                 lambda i: f"event_time {_iso(int(micros[i]))} ingested at "
                           f"{_iso(int(landed[i]))}: past end + grace of every window it falls in")
 
-    ok = ~checks.failed
+
+def _accepted(text: dict[str, pa.ChunkedArray], points: npt.NDArray[np.int64],
+              event_time: pa.ChunkedArray, ok: npt.NDArray[np.bool_]) -> tuple[pa.Table, int]:
+    """The rows that passed, typed, with in-batch duplicates dropped (first wins)."""
     accepted = pa.table({
         "match_id": text["match_id"], "player_id": text["player_id"],
         "points": pa.array(points, pa.int64()), "event_time": event_time,
@@ -686,11 +745,12 @@ def validate_events(
         if keep is not None:
             duplicates = accepted.num_rows - len(keep)
             accepted = accepted.take(pa.array(keep))
+    return accepted, duplicates
 
-    bad_rows = np.flatnonzero(checks.failed)
-    if not bad_rows.size:
-        return Validated(accepted=accepted, rejected=_REJECTED_SCHEMA.empty_table(),
-                         duplicates=duplicates)
+
+def _rejected(columns: dict[str, pa.ChunkedArray], checks: _Checks,
+              bad_rows: npt.NDArray[np.intp], source: str) -> pa.Table:
+    """The failed rows as they came (as text), with reason, detail and source."""
     rejected_columns: dict[str, pa.Array] = {}
     for name in INPUT_FIELDS:
         raw = columns[name].take(pa.array(bad_rows, pa.int64())) if bad_rows.size else None
@@ -698,9 +758,7 @@ def validate_events(
     rejected_columns["reason"] = pa.array([checks.reason[i] for i in bad_rows], pa.string())
     rejected_columns["detail"] = pa.array([checks.detail[i] for i in bad_rows], pa.string())
     rejected_columns["source"] = pa.array([source] * len(bad_rows), pa.string())
-    rejected = pa.table(rejected_columns, schema=_REJECTED_SCHEMA)
-    return Validated(accepted=accepted, rejected=rejected, duplicates=duplicates,
-                     rejected_rows=bad_rows.astype(np.int64))
+    return pa.table(rejected_columns, schema=_REJECTED_SCHEMA)
 
 
 def _raw_text(raw: pa.ChunkedArray | None, n: int) -> pa.Array:
