@@ -22,6 +22,8 @@ Checkpoints (where a hook runs, and what is durable at that moment):
 - `rebase.after_catch_up`: the new version's state caught up with the lake; `current` still
   names the old version (files landing now are folded into the old version only).
 - `rebase.after_flip`: `current` names the new version; the old one is not yet set to expire.
+- `rebuild.after_reset`: a rebuild cleared the version's keys and synced the bans; nothing
+  folded yet and no pointer written (the state still counts as lost).
 - `batch.rollups`: the rollups are computed, not yet written (hit once per run).
 - `batch.standings`: the standings files are written; no manifest yet.
 - `batch.checks`: the version is about to be checked (its files written, no manifest yet).

@@ -105,8 +105,8 @@ class StateLost(redis.RedisError):
 def state_needed(lake: Path, watermark: datetime | None, *, margin: timedelta = timedelta(0)
                  ) -> bool:
     """Whether the lake holds landed events a speed state must hold: a file that may hold
-    rows ingested at or after `watermark - margin` (its partition is its earliest stamp's
-    day, so a partition from that day on), or any file before the first batch."""
+    rows ingested at or after `watermark - margin` (a file sits in its landing day's
+    partition, so a partition from that day on), or any file before the first batch."""
     since = None if watermark is None else (watermark - margin).date()
     return any(since is None or f.ingest_date >= since for f in landed_files(lake))
 

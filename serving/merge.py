@@ -23,7 +23,7 @@ from leaderboard.sortkey import decode
 from leaderboard.speed_keys import BoardWindowKeys
 from serving.base import BaseBoard
 
-__all__ = ["RANK_SCRIPT", "Entry", "MergedBoard"]
+__all__ = ["RANK_SCRIPT", "Entry", "MergedBoard", "registered_script"]
 
 _CHUNK = 256
 
@@ -55,15 +55,20 @@ class Entry:
         return {"player_id": self.player_id, "score": self.score, "rank": self.rank}
 
 
-_SCRIPTS: dict[int, Any] = {}
+_SCRIPTS: dict[tuple[int, str], Any] = {}
+
+
+def registered_script(client: redis.Redis, text: str) -> Any:
+    """A script registered once per client (EVALSHA, loaded again after NOSCRIPT)."""
+    found = _SCRIPTS.get((id(client), text))
+    if found is None or found.registered_client is not client:
+        found = _SCRIPTS[(id(client), text)] = client.register_script(text)
+    return found
 
 
 def _rank_script(client: redis.Redis) -> Any:
-    """RANK_SCRIPT registered once per client (EVALSHA, loading it again after NOSCRIPT)."""
-    found = _SCRIPTS.get(id(client))
-    if found is None or found.registered_client is not client:
-        found = _SCRIPTS[id(client)] = client.register_script(RANK_SCRIPT)
-    return found
+    """RANK_SCRIPT registered once per client."""
+    return registered_script(client, RANK_SCRIPT)
 
 
 def _scored(raw: Any) -> list[tuple[int, str]]:

@@ -30,13 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import redis
 
-from serving.merge import MergedBoard
+from serving.merge import MergedBoard, registered_script
 
 __all__ = ["COUNT_SCRIPT", "FANOUT", "GAP_SCRIPT", "keys_at", "position_for", "top_percent"]
 
@@ -70,17 +68,6 @@ for i = 1, #ARGV, 3 do
 end
 return out
 """
-
-_SCRIPTS: dict[tuple[int, str], Any] = {}
-
-
-def _script(client: redis.Redis, text: str) -> Any:
-    """A script registered once per client (EVALSHA, loaded again after NOSCRIPT)."""
-    found = _SCRIPTS.get((id(client), text))
-    if found is None or found.registered_client is not client:
-        found = _SCRIPTS[(id(client), text)] = client.register_script(text)
-    return found
-
 
 def top_percent(value: float | str) -> Decimal:
     """A top-x% as an exact decimal in (0, 100] (so 0.1 % of 1000 players is 1, not 2)."""
@@ -135,7 +122,7 @@ def _search(board: MergedBoard, targets: npt.NDArray[np.int64], touched_size: in
     negated = board.base.negated
     lo = _run_starts(board, targets - merged_size)
     hi = _run_starts(board, targets + touched_size)
-    count = _script(board.client, COUNT_SCRIPT)
+    count = registered_script(board.client, COUNT_SCRIPT)
     steps = np.arange(1, FANOUT + 1, dtype=np.int64)
     while True:
         active = np.flatnonzero(lo < hi)
@@ -168,7 +155,7 @@ def _finish(board: MergedBoard, targets: npt.NDArray[np.int64], starts: npt.NDAr
     args: list[int | str] = []
     for r, j in zip(targets.tolist(), starts.tolist(), strict=True):
         args += [base.key_at(j) if j < base.size else "", j, r]
-    replies = _script(board.client, GAP_SCRIPT)(
+    replies = registered_script(board.client, GAP_SCRIPT)(
         keys=[board.keys.touched, board.keys.merged], args=args)
     found: dict[int, int | None] = {}
     for r, j, reply in zip(targets.tolist(), starts.tolist(), replies, strict=True):

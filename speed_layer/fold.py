@@ -782,9 +782,11 @@ class Folder:
         pipe.execute()
 
     def _after(self, landed: LandedFile, watermark: datetime | None) -> bool:
-        """Whether a landed file may hold rows ingested at or after the watermark. A file's
-        partition is its earliest stamp; only backfill files hold later rows, so files from
-        earlier partitions are checked by their ingested_at statistics (cached: immutable)."""
+        """Whether a landed file may hold rows ingested at or after the watermark. Every file
+        lands in its landing day's partition with one stamp; only backfill files of older
+        lakes (partitioned by their earliest event stamp) hold later rows in an earlier
+        partition, so files there are checked by their ingested_at statistics (cached:
+        files are immutable)."""
         if watermark is None or landed.ingest_date >= watermark.date():
             return True
         if landed.path not in self._newest:

@@ -144,7 +144,10 @@ class Ingestor:
             if claim is not None and claim.groups:
                 # A retry must be accepted for every row that did not land (a landing over
                 # several partitions may have landed some files): settle from the lake.
-                self.speed.recover_claims(self.writer.writer)  # type: ignore[union-attr]
+                # On a Redis error the claim stays in flight: this writer's next claim
+                # recovers it; the landing failure is what the caller must see.
+                with suppress(redis.RedisError):
+                    self.speed.recover_claims(self.writer.writer)  # type: ignore[union-attr]
             raise
         faults.checkpoint("ingest.after_land")
         if claim is not None:

@@ -39,6 +39,12 @@ from speed_layer.fold import FOLD_SCRIPT, Folder, identities, predecessors
 __all__ = ["RebuildRunning", "SpeedLayer", "SpeedStatus"]
 
 _EXPIRE_OLD_VERSION = 3600
+
+#: KEYS: a lock. ARGV: the owner's token. Deletes the lock only while that owner holds it.
+_RELEASE_IF_OWNER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 #: Held while a rebuild runs (one at a time across processes); expires if its process dies.
 _REBUILDING = "lb:rebuilding"
 _REBUILD_LOCK_SECONDS = 600
@@ -243,12 +249,16 @@ class SpeedLayer:
     def expire_version(self, tag: str, seconds: int = _EXPIRE_OLD_VERSION) -> int:
         count = 0
         pipe = self.client.pipeline(transaction=False)
-        for pattern in (f"lb:{{*}}:{tag}:*", f"lb:{tag}:*"):
-            for key in self.client.scan_iter(match=pattern, count=1000):
-                pipe.expire(key, seconds)
-                count += 1
+        for key in self._version_keys(tag):
+            pipe.expire(key, seconds)
+            count += 1
         pipe.execute()
         return count
+
+    def _version_keys(self, tag: str) -> list[Any]:
+        """Every key of one version: its board-window keys (hash-tagged) and its own."""
+        return [key for pattern in (f"lb:{{*}}:{tag}:*", f"lb:{tag}:*")
+                for key in self.client.scan_iter(match=pattern, count=1000)]
 
     def rebuild(self, now: datetime) -> int:
         """Recreate the live version's state and the record of recent ids from the lake
@@ -266,10 +276,9 @@ class SpeedLayer:
         try:
             version = self.version_of(read_current(self.lake)).with_epoch()
             self.client.delete(CURRENT)
-            for pattern in (f"lb:{{*}}:{version.tag}:*", f"lb:{version.tag}:*"):
-                keys = list(self.client.scan_iter(match=pattern, count=1000))
-                for start in range(0, len(keys), 1000):
-                    self.client.delete(*keys[start:start + 1000])
+            keys = self._version_keys(version.tag)
+            for start in range(0, len(keys), 1000):
+                self.client.delete(*keys[start:start + 1000])
             self.sync_bans()
             faults.checkpoint("rebuild.after_reset")
             horizon_start = now - self.registry.idempotency_horizon * 2
@@ -293,8 +302,8 @@ class SpeedLayer:
             self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
             return folded + self.folder.catch_up(version)
         finally:
-            if self.client.get(_REBUILDING) == token.encode():
-                self.client.delete(_REBUILDING)
+            # Compare and delete in one step: never another rebuild's lock.
+            self.client.eval(_RELEASE_IF_OWNER, 1, _REBUILDING, token)
 
     # -- bans -------------------------------------------------------------------------------
 
