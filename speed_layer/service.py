@@ -115,7 +115,11 @@ class SpeedLayer:
             raise StateLost("the speed state is missing from Redis (its version pointer is "
                             "gone) while the lake holds events since the watermark or within "
                             "the idempotency horizon")
-        self.client.set(CURRENT, live.with_epoch().to_json(), nx=True)
+        fresh = live.with_epoch()
+        # Redis may have lost its ban set with the rest (a flush with nothing recent in the
+        # lake): the lake's bans go into the state before any fold can read it.
+        self.apply_bans(fresh, atomic=False)
+        self.client.set(CURRENT, fresh.to_json(), nx=True)
         found = read_current_version(self.client)
         if found is None or not found.epoch:
             raise StateLost("the speed state's version pointer vanished while it was written")

@@ -8,6 +8,7 @@ import sys
 from datetime import date, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import redis
@@ -434,3 +435,27 @@ def test_a_lost_state_is_neither_served_nor_folded_onto_until_rebuilt(world, red
         assert (retry.accepted, retry.retries) == (0, landed.num_rows)
         assert ingestor.ingest(table, now=at, source="t").accepted == table.num_rows
     _assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_a_fresh_state_after_a_flush_takes_the_lakes_bans(world, redis_client):
+    """A flush with nothing recent in the lake is a fresh start, not a loss: the state is
+    created anew on the next ingest. The ban set went with the flush, so the fresh state
+    must take the lake's bans before its first fold (found by the stateful model: a banned
+    player's next event put them on the board)."""
+    from serving.service import Leaderboards
+
+    lake, registry, speed = world
+    at = day("2026-12-01T20:00:00")
+    speed.ban("ann", at)
+    redis_client.flushall()
+    table = pa.table({"match_id": ["m1", "m2"], "player_id": ["ann", "bob"],
+                      "points": pa.array([5, 3], pa.int64()),
+                      "event_time": pa.array([at, at], pa.timestamp("us", tz="UTC")),
+                      "region": ["na", "na"], "mode": ["ranked", "ranked"]})
+    with LandingWriter(lake, "w") as writer:
+        report = Ingestor(registry, writer, speed).ingest(table, now=at, source="t",
+                                                          default_server_id="s1")
+    assert report.accepted == 2, report.as_dict()
+    served = Leaderboards(lake, registry, redis_client, now=lambda: at)
+    assert [e.player_id for e in served.merged("global", "all-time").top(10)] == ["bob"]
+    assert served.player("global", "ann", "all-time")["status"] == "unranked"
