@@ -147,6 +147,25 @@ def _pid_alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+def _wait_for_exit(pid: int, timeout: float = 5.0) -> None:
+    """Wait until every thread of a dead server has exited.
+
+    A killed Redis's main thread turns zombie while its background threads are still exiting,
+    and the listening socket closes only with the last of them: probing the port before then
+    finds it taken, and the restart would move to another port (and URL).
+    """
+    task_dir = Path(f"/proc/{pid}/task")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            threads = [entry.name for entry in task_dir.iterdir()]
+        except OSError:
+            return  # gone, or no /proc: nothing to wait for
+        if _pid_alive(pid) or threads in ([], [str(pid)]):
+            return  # alive: not the dead server (its pid was reused); or all threads gone
+        time.sleep(0.01)
+
+
 def _server_args(
     binary: str, port: int, dir: Path, *, appendonly: bool, extra: Sequence[str] = ()
 ) -> list[str]:
@@ -450,7 +469,10 @@ def ensure_local_server(data_dir: Path, *, startup_timeout: float = 60.0) -> str
                 f"does not answer PING on port {port} for {redis_dir}; see "
                 f"{redis_dir / _LOG_NAME}, then stop it (kill {pid}) and retry"
             )
-        previous = (_read_state(state_path) or {}).get("port")
+        state = _read_state(state_path) or {}
+        if isinstance(state.get("pid"), int):
+            _wait_for_exit(state["pid"])
+        previous = state.get("port")
         # Keep the previous port, and so the URL, when it is still free.
         port = previous if isinstance(previous, int) and _port_is_free(previous) else free_port()
         binary = find_server_binary()
@@ -565,6 +587,12 @@ def local_server_client(data_dir: Path, **kwargs: Any) -> redis.Redis:
     url = ensure_local_server(data_dir)
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
     redis_dir = Path(data_dir).resolve() / "redis"
-    pool = redis.ConnectionPool(connection_class=_FollowingConnection, host=_HOST, port=port,
-                                db=0, redis_dir=str(redis_dir), **kwargs)
+    pool = redis.ConnectionPool(
+        connection_class=_FollowingConnection,
+        host=_HOST,
+        port=port,
+        db=0,
+        redis_dir=str(redis_dir),
+        **kwargs,
+    )
     return redis.Redis(connection_pool=pool)

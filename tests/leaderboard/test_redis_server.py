@@ -48,8 +48,13 @@ def _pid_gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    status = Path(f"/proc/{pid}/status").read_text()
-    return "\nState:\tZ" in status
+    # A zombie main thread is not enough: the sockets close with the last thread.
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    return "\nState:\tZ" in status and threads == [str(pid)]
 
 
 @pytest.fixture
