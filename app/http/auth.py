@@ -5,6 +5,9 @@
 `<X-Timestamp>.<body>` (`X-Server-Id` + `X-Timestamp: <Unix seconds>` + `X-Signature:
 sha256=<hex>`), refused more than 5 minutes either side of the server's clock. Admin routes
 need the separate admin key. Every comparison of a secret runs in constant time.
+
+A server may carry a rate limit (`events_per_second` and `burst`), enforced across workers
+by `app.http.ratelimit`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -43,6 +47,10 @@ class ServerCredential:
     server_id: str
     key: str | None = None
     secret: str | None = None
+    #: Events per second this server may post (None: unlimited), and how many it may post at
+    #: once after a quiet spell (the token bucket's size; default: one second's worth).
+    events_per_second: float | None = None
+    burst: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,8 @@ class ApiKeys:
 
     @classmethod
     def parse(cls, raw: Any, *, source: str = "<dict>", admin_key: str | None = None) -> ApiKeys:
-        """{"admin_key": ..., "servers": {id: key | {"key": ..., "secret": ...}}}."""
+        """{"admin_key": ..., "servers": {id: key | {"key": ..., "secret": ...,
+        "events_per_second": ..., "burst": ...}}}."""
         def fail(where: str, why: str) -> SettingsError:
             return SettingsError(f"keys file {source}: `{where}` {why}")
 
@@ -90,15 +99,19 @@ class ApiKeys:
                 raise fail(where, f"names a server_id that is not {ID_RULE}")
             if isinstance(entry, str):
                 entry = {"key": entry}
-            if not isinstance(entry, dict) or not entry or set(entry) - {"key", "secret"}:
-                raise fail(where, "must be a key string or a table with `key` and/or `secret`")
+            if (not isinstance(entry, dict) or not {"key", "secret"} & set(entry)
+                    or set(entry) - {"key", "secret", "events_per_second", "burst"}):
+                raise fail(where, "must be a key string or a table with `key` and/or `secret` "
+                                  "(and optionally `events_per_second`, `burst`)")
             for name in ("key", "secret"):
                 value = entry.get(name)
                 if value is not None and (not isinstance(value, str)
                                           or len(value) < _MIN_KEY_LENGTH):
                     raise fail(f"{where}.{name}",
                                f"must be a string of at least {_MIN_KEY_LENGTH} characters")
-            servers.append(ServerCredential(server_id, entry.get("key"), entry.get("secret")))
+            rate, burst = _rate_of(entry, where, fail)
+            servers.append(ServerCredential(server_id, entry.get("key"), entry.get("secret"),
+                                            rate, burst))
         admin = admin_key if admin_key is not None else raw.get("admin_key")
         if admin is not None and (not isinstance(admin, str) or len(admin) < _MIN_KEY_LENGTH):
             raise fail("admin_key", f"must be a string of at least {_MIN_KEY_LENGTH} characters")
@@ -108,6 +121,14 @@ class ApiKeys:
         if admin is not None and admin in keys:
             raise fail("admin_key", "equals a server's key; the admin key must be separate")
         return cls(tuple(servers), admin, source)
+
+    def limit_of(self, server_id: str) -> tuple[float, int] | None:
+        """(events per second, burst) of a server, None when it has no limit."""
+        for server in self.servers:
+            if server.server_id == server_id and server.events_per_second is not None:
+                assert server.burst is not None
+                return server.events_per_second, server.burst
+        return None
 
     def server_for_key(self, key: str) -> str | None:
         """The server holding this API key. Every key is compared (in constant time each),
@@ -135,6 +156,26 @@ class ApiKeys:
     def is_admin(self, key: str) -> bool:
         return self.admin_key is not None and hmac.compare_digest(self.admin_key.encode(),
                                                                   key.encode())
+
+
+def _rate_of(entry: dict[str, Any], where: str,
+             fail: Any) -> tuple[float | None, int | None]:
+    """A server's (events_per_second, burst): both absent, or a positive rate and a whole
+    burst >= 1 (default: the rate rounded up, at least 1)."""
+    rate, burst = entry.get("events_per_second"), entry.get("burst")
+    if rate is None:
+        if burst is not None:
+            raise fail(f"{where}.burst", "needs `events_per_second` beside it")
+        return None, None
+    if (isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate)
+            or rate <= 0):
+        raise fail(f"{where}.events_per_second",
+                   f"is {rate!r}; use a number of events per second above 0 (e.g. 50 or 0.5)")
+    if burst is None:
+        burst = max(1, math.ceil(rate))
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+        raise fail(f"{where}.burst", f"is {burst!r}; use a whole number of events >= 1")
+    return float(rate), burst
 
 
 #: The credentials as OpenAPI security schemes (Swagger's Authorize button; Schemathesis

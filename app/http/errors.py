@@ -37,6 +37,8 @@ _MEANINGS = {
     401: "no credential", 403: "a wrong credential, or none is configured",
     404: "no such board, window or route", 405: "the route does not take that method",
     413: "the body or the batch is too large", 422: "a parameter or body breaks the schema",
+    429: "over the server's rate limit: the request was refused whole; retry after "
+         "Retry-After seconds",
     503: "Redis or the batch view is unavailable (Retry-After where a retry helps)",
 }
 

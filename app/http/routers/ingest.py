@@ -22,6 +22,7 @@ from app.http.auth import (
 )
 from app.http.config import MAX_BATCH_ROWS
 from app.http.errors import ApiError, documented
+from app.http.ratelimit import check_rate
 from app.http.service import ServiceDep
 from app.sources import unparseable_rows
 from leaderboard.schema import INPUT_FIELDS
@@ -178,11 +179,13 @@ def _batch_table(events: list[Any], server_id: str, source: str
                  "application/json": {"schema": EVENT_BODY_SCHEMA}}}},
              responses={200: {"description": "every row accepted (or a retry)"},
                         207: {"description": "some rows rejected: see `rejected`"},
-                        **documented(400, 401, 403, 413, 422, 503,
+                        **documented(400, 401, 403, 413, 422, 429, 503,
                                      s400="the body is not JSON, or not a batch of events",
                                      s401="no credential, or a signature without X-Timestamp",
                                      s403="a wrong key or signature, or X-Timestamp more than "
                                           "5 minutes from the server's clock",
+                                     s413="the body or the batch is too large, or the batch "
+                                          "exceeds the server's burst",
                                      s422="every row rejected (`rejected` says why), or an "
                                           "empty batch")})
 async def ingest(
@@ -209,6 +212,8 @@ async def ingest(
         server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
                                  service.settings.now())
     events = _events_of(body, service.config.max_batch_rows)
+    # Refused whole before anything is claimed or landed (429 with Retry-After).
+    await run_in_threadpool(check_rate, service.client, keys, server_id, len(events))
     source = f"http:{server_id}"
     table, unparseable, rows, rejected = _batch_table(events, server_id, source)
     report = await run_in_threadpool(service.ingest, table, unparseable, server_id)
