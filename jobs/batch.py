@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.publish import PublishError, RewindRefused, StandingsWriter, seal
+from jobs.retention import deleted_through
 from jobs.spec import (
     ROLLUP_SCHEMA,
     LatenessBit,
@@ -61,6 +62,7 @@ from leaderboard.registry import Registry
 from leaderboard.settings import Settings
 from leaderboard.sortkey import SortKeyOverflow
 from leaderboard.timeutil import format_instant
+from leaderboard.voids import voids_before, voids_digest
 
 __all__ = ["BatchResult", "Engine", "main", "open_engine", "plan_windows", "run_batch"]
 
@@ -71,8 +73,8 @@ class Engine(Protocol):
     name: str
 
     def rollup_events(self, files: list[str], *, watermark: datetime, since: datetime | None,
-                      absorbed: list[str], calendar: pa.Table, bits: list[Any]
-                      ) -> tuple[pa.Table, int]: ...
+                      absorbed: list[str], calendar: pa.Table, bits: list[Any],
+                      voids: pa.Table | None = None) -> tuple[pa.Table, int]: ...
 
     def merge_rollups(self, old: pa.Table, delta: pa.Table) -> pa.Table: ...
 
@@ -349,6 +351,7 @@ class _Plan:
     calendar: pa.Table
     bits: list[LatenessBit]
     banned: set[str]
+    voids: pa.Table  # (match_id, player_id or null): the voids before the watermark
 
 
 @dataclass(frozen=True)
@@ -387,6 +390,17 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
         if late_landed:
             say(f"{len(late_landed)} file(s) landed into partitions the previous version had "
                 "already closed (landed with a clock in the past): recomputing in full")
+    voids = voids_before(lake, watermark)
+    if mode == "incremental" and previous is not None and (
+            previous.inputs.get("voids", "") != voids_digest(voids)):
+        # A void may hit events the previous version absorbed: their rollups must lose
+        # them, which only a recompute from the raw events does (voids are rare).
+        if _retention_ran(lake):
+            say("voids changed, but retention deleted raw events: a full recompute would "
+                "miss them; the new voids apply to events not absorbed yet")
+        else:
+            mode = "full"
+            say("voids changed since the previous version: recomputing in full")
     base = previous if mode == "incremental" else None
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     if files:
@@ -396,7 +410,13 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
     return _Plan(
         as_of=as_of, run=run, started=started, watermark=watermark, files=files, base=base,
         mode=mode, calendar=calendar_table(registry, first_day, as_of + timedelta(days=1)),
-        bits=lateness_bits(registry), banned=banned_players(lake, before=watermark))
+        bits=lateness_bits(registry), banned=banned_players(lake, before=watermark),
+        voids=voids)
+
+
+def _retention_ran(lake: Path) -> bool:
+    """Whether retention deleted raw events (its ledger, `jobs.retention.LEDGER`)."""
+    return deleted_through(lake) is not None
 
 
 def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
@@ -405,7 +425,7 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
     if base is None:
         delta, counted = eng.rollup_events(
             [str(f.path) for f in plan.files], watermark=plan.watermark, since=None,
-            absorbed=[], calendar=plan.calendar, bits=plan.bits)
+            absorbed=[], calendar=plan.calendar, bits=plan.bits, voids=plan.voids)
         say(f"deduped and rolled up {counted:,} events into {delta.num_rows:,} rollup rows")
         checkpoint("batch.rollups")
         return _Rolled(_write_rollups(lake, delta, plan.run), _rollup_dates(delta), counted)
@@ -416,7 +436,7 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
         lake, base.inputs.get("files", {}))) if (lake / p).exists()]
     delta, counted = eng.rollup_events(
         new_files, watermark=plan.watermark, since=base.watermark_at, absorbed=absorbed_files,
-        calendar=plan.calendar, bits=plan.bits)
+        calendar=plan.calendar, bits=plan.bits, voids=plan.voids)
     changed = _rollup_dates(delta)
     say(f"{counted:,} new events since {base.as_of} touch {len(changed)} event date(s)")
     rollups = base.rollups(lake)
@@ -533,7 +553,8 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
         engine=engine, registry_fingerprint=registry.fingerprint,
         previous=base.version if base else None,
         inputs={"files": dict(sorted(input_files.items())), "events": events_total,
-                "new_events": counted, "banned": sorted(plan.banned), "mode": plan.mode},
+                "new_events": counted, "banned": sorted(plan.banned), "mode": plan.mode,
+                "voids": voids_digest(plan.voids)},
         boards=_board_summary(standings),
         checks={"events": events_total, "windows_built": len(ranked.needed),
                 "standings_rows_written": ranked.rows, "scope_points": {

@@ -120,11 +120,13 @@ class DuckDBEngine:
         absorbed: Sequence[str],
         calendar: pa.Table,
         bits: Sequence[LatenessBit],
+        voids: pa.Table | None = None,
     ) -> tuple[pa.Table, int]:
         """Deduped events with since <= ingested_at < watermark, rolled up per player-day.
 
         First ingested wins inside the new rows; a new row whose identity is among the
-        `absorbed` files' rows (ingested before `since`) is a late duplicate and is dropped.
+        `absorbed` files' rows (ingested before `since`) is a late duplicate and is dropped;
+        so is a row `voids` (match_id, player_id or null: the whole match) covers.
         Returns the rollup rows and the number of events they count.
         """
         con = self.con
@@ -142,6 +144,11 @@ class DuckDBEngine:
         window = f"ingested_at < make_timestamp({epoch_us(watermark)})::TIMESTAMPTZ"
         if since is not None:
             window += f" AND ingested_at >= make_timestamp({epoch_us(since)})::TIMESTAMPTZ"
+        if voids is not None and voids.num_rows:
+            con.register("voids_t", voids)
+            window += (" AND match_id NOT IN (SELECT match_id FROM voids_t WHERE player_id IS"
+                       " NULL) AND (match_id, player_id) NOT IN (SELECT (match_id, player_id)"
+                       " FROM voids_t WHERE player_id IS NOT NULL)")
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE new_events AS
             SELECT match_id, player_id, points, event_time, region, mode, ingested_at,
@@ -171,6 +178,8 @@ class DuckDBEngine:
         """).to_arrow_table()
         con.execute("DROP TABLE new_events")
         con.unregister("calendar_t")
+        if voids is not None and voids.num_rows:
+            con.unregister("voids_t")
         return table, int(counted)
 
     def merge_rollups(self, old: pa.Table, delta: pa.Table) -> pa.Table:

@@ -550,12 +550,14 @@ class SparkEngine:
         absorbed: Sequence[str],
         calendar: pa.Table,
         bits: Sequence[LatenessBit],
+        voids: pa.Table | None = None,
     ) -> tuple[pa.Table, int]:
         """Deduped events with since <= ingested_at < watermark, rolled up per player-day.
 
         First ingested wins inside the new rows, ties broken by file path as given (bytewise);
         a new row whose identity is among the `absorbed` files' rows (ingested before `since`)
-        is a late duplicate and is dropped. Returns the rollup rows and the number of events
+        is a late duplicate and is dropped, and so is a row `voids` (match_id, player_id or
+        null: the whole match) covers. Returns the rollup rows and the number of events
         they count.
         """
         from pyspark.sql import functions as F
@@ -578,6 +580,14 @@ class SparkEngine:
                     .where(F.unix_micros("ingested_at") < F.lit(epoch_us(since)))
                     .select("match_id", "player_id"))
             first = first.join(seen, ["match_id", "player_id"], "left_anti")
+        if voids is not None and voids.num_rows:
+            whole = pc.is_null(voids.column("player_id"))
+            matches = self._frame(pa.table({"match_id": pc.unique(
+                voids.filter(whole).column("match_id"))}))
+            pairs = self._frame(voids.filter(pc.invert(whole)).select(
+                ["match_id", "player_id"]))
+            first = (first.join(F.broadcast(matches), ["match_id"], "left_anti")
+                     .join(F.broadcast(pairs), ["match_id", "player_id"], "left_anti"))
         kinds = sorted({b.kind for b in bits})
         wide = self._frame(_calendar_wide(calendar, kinds))
         rows = (first.withColumn("event_date", _day_of("t"))

@@ -37,7 +37,11 @@ class Row:
 
 def absorbed_events(lake: Path, watermark: datetime | None) -> list[dict]:
     """Landed events with ingested_at < watermark, deduped: first ingested wins, then the
-    file path (the engines' tie-break), one row per (match_id, player_id)."""
+    file path (the engines' tie-break), one row per (match_id, player_id); then the events
+    a void with `at` before the watermark names (the match, or the match and player) go."""
+    voided = {(v["match_id"], v["player_id"]) for path in sorted((lake / "voids").glob("*"))
+              for v in pq.read_table(path).to_pylist()
+              if watermark is None or v["at"] < watermark}
     rows = []
     for landed in landed_files(lake):
         for row in pq.read_table(landed.path).to_pylist():
@@ -51,7 +55,8 @@ def absorbed_events(lake: Path, watermark: datetime | None) -> list[dict]:
         identity = (row["match_id"], row["player_id"])
         if identity not in seen:
             seen.add(identity)
-            kept.append(row)
+            if (row["match_id"], None) not in voided and identity not in voided:
+                kept.append(row)
     return kept
 
 

@@ -13,16 +13,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
-from oracle import reference_standings
+from oracle import absorbed_events, reference_standings
 
 from jobs.batch import run_batch
 from jobs.publish import PublishError, check_standings
 from jobs.spec import STANDINGS_SCHEMA
 from leaderboard.bans import write_tombstone
-from leaderboard.batch_view import open_current
-from leaderboard.manifest import list_versions, read_current
+from leaderboard.batch_view import BatchView, open_current
+from leaderboard.manifest import list_versions, read_current, read_version
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
+from leaderboard.voids import write_void
 
 START = day("2026-11-28")
 
@@ -356,3 +357,37 @@ def test_check_standings_catches_broken_ranks():
     with pytest.raises(PublishError, match="banned"):
         check_standings(good, earliest=False, banned={"b"}, where="t")
     assert STANDINGS_SCHEMA.names[0] == "player_id"
+
+
+def test_voids_drop_events_from_the_next_version_and_history_stays(world):
+    """A void of a whole match and one of one player's result: the next version counts
+    neither (a full recompute: the events were absorbed), the published one is unchanged;
+    a void recorded before its match lands keeps the late event out too."""
+    data, registry, config = world
+    settings = settings_for(data, config)
+    first = run_batch(settings, date(2026, 11, 29))
+    before = published(data)
+    events = absorbed_events(data / "lake", None)
+    whole, single = events[0]["match_id"], events[-1]
+    write_void(data / "lake", whole, None, day("2026-11-29T12:00:00"), reason="exploit")
+    write_void(data / "lake", single["match_id"], single["player_id"],
+               day("2026-11-29T13:00:00"), reason="wrong score")
+    write_void(data / "lake", "m-not-yet", None, day("2026-11-29T14:00:00"), reason="early")
+    land(data / "lake", registry, [{
+        "match_id": "m-not-yet", "player_id": "p999", "points": 5,
+        "event_time": day("2026-11-30T10:00:00"), "region": "na", "mode": "ranked",
+        "server_id": "s1", "ingested_at": day("2026-11-30T10:00:01")}], writer="late")
+    second = run_batch(settings, date(2026, 11, 30))
+    assert second.mode == "full"
+    assert second.manifest.inputs["voids"]
+    assert_matches_reference(data, registry, date(2026, 11, 30))
+    after = published(data)
+    assert all("p999" not in {row[0] for row in rows} for rows in after.values())
+    assert after != before
+    # the published history is as it was
+    view = BatchView(data / "lake", read_version(data / "lake", first.manifest.version))
+    assert {k: [tuple(r.values()) for r in view.standings(*k).to_pylist()]
+            for k in view.windows()} == before
+    # same voids: the next night is incremental again
+    assert run_batch(settings, date(2026, 12, 1)).mode == "incremental"
+    assert_matches_reference(data, registry, date(2026, 12, 1))

@@ -36,6 +36,7 @@ from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import read_current
 from leaderboard.registry import Registry, load_registry, parse_registry
 from leaderboard.settings import Settings
+from leaderboard.voids import write_void
 from speed_layer.ingest import Ingestor
 
 # The `spark` fixture's session is the active one, so the engine run_batch opens uses it.
@@ -211,6 +212,12 @@ def season(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Registr
     write_tombstone(lake, keen[1], "ban", at(2, 12), reason="from the second run on")
     write_tombstone(lake, keen[2], "ban", at(0, 6), reason="banned in the first run only")
     write_tombstone(lake, keen[2], "unban", at(2, 6), reason="appeal upheld")
+    # Voids (before the first run, so the second stays incremental): a whole match and one
+    # player's result of another, both engines drop them in the dedupe step.
+    first = pq.read_table(landed_files(lake)[0].path, columns=["match_id", "player_id"])
+    write_void(lake, first.column("match_id")[0].as_py(), None, at(0, 7), reason="exploit")
+    write_void(lake, first.column("match_id")[-1].as_py(), first.column("player_id")[-1].as_py(),
+               at(0, 8), reason="wrong score")
     return data, str(config), registry
 
 
