@@ -82,6 +82,9 @@ class Registry:
     retention_days: int
     source: str
     fingerprint: str = field(default="")
+    #: More events than this from one player in one landing minute are held in quarantine
+    #: (reason implausible_rate) instead of counting; None: no limit.
+    player_events_per_minute: int | None = None
     #: (board name, window kind) -> its sort-key layout, fixed at load.
     layouts: dict[tuple[str, str], KeyLayout] = field(default_factory=dict, compare=False,
                                                       repr=False)
@@ -263,7 +266,8 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
     limits = raw.get("limits", {})
     if not isinstance(limits, dict):
         raise _fail(source, "limits", "must be a table")
-    unknown = set(limits) - {"grace", "future_skew", "idempotency_horizon", "retention_days"}
+    unknown = set(limits) - {"grace", "future_skew", "idempotency_horizon", "retention_days",
+                             "player_events_per_minute"}
     if unknown:
         raise _fail(source, f"limits.{sorted(unknown)[0]}", "is not a known key")
     _duration(limits, "grace", "7d", source, "limits.")  # checked here; boards default to it
@@ -272,6 +276,12 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
     retention = limits.get("retention_days", 30)
     if isinstance(retention, bool) or not isinstance(retention, int) or retention < 1:
         raise _fail(source, "limits.retention_days", f"is {retention!r}; use a whole number >= 1")
+    per_minute = limits.get("player_events_per_minute")
+    if per_minute is not None and (isinstance(per_minute, bool) or not isinstance(per_minute, int)
+                                   or per_minute < 1):
+        raise _fail(source, "limits.player_events_per_minute",
+                    f"is {per_minute!r}; use a whole number of events >= 1 (or leave it out: "
+                    "no limit)")
     defaults = raw.get("board_defaults", {})
     if not isinstance(defaults, dict):
         raise _fail(source, "board_defaults", "must be a table")
@@ -365,7 +375,7 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
     registry = Registry(
         regions=regions, modes=modes, boards=tuple(boards), calendar=calendar,
         future_skew=future_skew, idempotency_horizon=horizon, retention_days=retention,
-        source=source,
+        source=source, player_events_per_minute=per_minute,
         fingerprint=hashlib.sha256(fingerprint_source.encode()).hexdigest()[:16],
         layouts=layouts,
     )

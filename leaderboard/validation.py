@@ -89,6 +89,10 @@ REASONS: dict[str, str] = {
     "sort_key_overflow": "points too large for an exact `earliest` sort key",
     "no_window": "event_time falls in no window of any board it belongs to",
     "too_late": "ingested after end + grace of every window the event falls in",
+    # Decided at landing, not by validate_events (speed_layer.rate): the row was valid.
+    "implausible_rate": "the player sent more events in one landing minute than "
+                        "limits.player_events_per_minute; held for review (release it with "
+                        "`leaderboard quarantine release`)",
 }
 
 #: What validate_events returns as `rejected`: the quarantine before landing stamps it.

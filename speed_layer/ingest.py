@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import redis
 
@@ -20,6 +22,7 @@ from leaderboard import faults
 from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
 from leaderboard.registry import Registry
 from leaderboard.validation import validate_events
+from speed_layer.rate import Held, PlayerRate
 from speed_layer.service import SpeedLayer
 
 __all__ = ["IngestReport", "Ingestor", "open_writer"]
@@ -88,6 +91,9 @@ class Ingestor:
         self.registry = registry
         self.writer = writer
         self.speed = speed
+        per_minute = registry.player_events_per_minute
+        self.rate = (PlayerRate(speed.client, per_minute)
+                     if speed is not None and per_minute is not None else None)
 
     def ingest(
         self,
@@ -126,6 +132,12 @@ class Ingestor:
         if self.speed is not None:
             accepted, retries, claim = self.speed.claim(accepted, now, self.writer.writer,
                                                         self.writer.next_seq)
+        held: Held | None = None
+        if self.rate is not None and not backfill:
+            # After the door (a retry is no new event), before landing: held rows go to the
+            # quarantine first, so a crash leaves their claims backed by the lake.
+            held = self.rate.split(accepted, now, source)
+            accepted = held.kept
         report = IngestReport(
             rows=table.num_rows + (0 if unparseable is None else unparseable.num_rows),
             accepted=accepted.num_rows, rejected=rejected.num_rows,
@@ -137,10 +149,17 @@ class Ingestor:
                 validated.rejected_rows.tolist(),
                 validated.rejected.column("reason").to_pylist(),
                 validated.rejected.column("detail").to_pylist(), strict=True))
+        if held is not None and held.held.num_rows:
+            _count_held(report, held, table, validated.rejected_rows, row_reasons)
         try:
             faults.checkpoint("ingest.after_claim")
+            if held is not None and held.held.num_rows:
+                report.quarantine_files = self.writer.quarantine(held.held, now)
             report.files = self.writer.land(accepted, now, backfill=backfill)
         except BaseException:
+            if held is not None:
+                with suppress(redis.RedisError):
+                    self.rate.give_back(held)  # type: ignore[union-attr]
             if claim is not None and claim.groups:
                 # A retry must be accepted for every row that did not land (a landing over
                 # several partitions may have landed some files): settle from the lake.
@@ -154,7 +173,7 @@ class Ingestor:
             # On a Redis error the claim stays in flight: this writer's next claim recovers it.
             with suppress(redis.RedisError):
                 claim.settle()
-        report.quarantine_files = self.writer.quarantine(rejected, now)
+        report.quarantine_files += self.writer.quarantine(rejected, now)
         if self.speed is not None and report.files:
             # Claimed ids are already remembered.
             try:
@@ -164,3 +183,31 @@ class Ingestor:
                 report.fold_error = f"{type(exc).__name__}: {exc}"
         return report
 
+
+
+def _count_held(report: IngestReport, held: Held, table: pa.Table,
+                rejected_rows: npt.NDArray[np.int64], row_reasons: bool) -> None:
+    """Held rows are rejected rows with reason implausible_rate (`report.accepted` already
+    leaves them out); with `row_reasons`, each is answered at its row of the input (the
+    first valid row with its identity)."""
+    report.rejected += held.held.num_rows
+    report.reasons.update(held.held.column("reason").to_pylist())
+    if not row_reasons:
+        return
+    wanted = set(zip(held.held.column("match_id").to_pylist(),
+                     held.held.column("player_id").to_pylist(), strict=True))
+    invalid = set(rejected_rows.tolist())
+    found: dict[tuple[str, str], int] = {}
+    columns = [table.column(name).to_pylist() if name in table.column_names
+               else [None] * table.num_rows for name in ("match_id", "player_id")]
+    for row, identity in enumerate(zip(*columns, strict=True)):
+        key = (str(identity[0]), str(identity[1]))
+        if row not in invalid and key in wanted and key not in found:
+            found[key] = row
+    for identity, detail in zip(zip(held.held.column("match_id").to_pylist(),
+                                    held.held.column("player_id").to_pylist(), strict=True),
+                                held.held.column("detail").to_pylist(), strict=True):
+        at = found.get(identity)
+        if at is not None:
+            report.rejections.append((at, "implausible_rate", detail))
+    report.rejections.sort()

@@ -35,6 +35,7 @@ from leaderboard.speed_keys import (
 )
 from speed_layer.door import Claim, ClaimPending, Door
 from speed_layer.fold import FOLD_SCRIPT, Folder, identities, predecessors
+from speed_layer.rate import held_ids
 
 __all__ = ["RebuildRunning", "SpeedLayer", "SpeedStatus"]
 
@@ -156,6 +157,9 @@ class SpeedLayer:
             if found.writer == writer and found.seq >= since:
                 landed |= self.door.records_of(pq.read_table(
                     found.path, columns=["match_id", "player_id"]))
+        for found in landed_files(self.lake, kind="quarantine"):  # rows held for rate
+            if found.writer == writer and found.seq >= since:
+                landed |= self.door.records_of(held_ids(found.path))
         return self.door.recover(writer, landed, flights)
 
     def after_land(self, files: list[LandedFile], table: pa.Table, at: datetime, *,
@@ -295,6 +299,12 @@ class SpeedLayer:
                         pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
                     self._remember_landed(table)
                     recent.append(table)
+            for held in landed_files(self.lake, kind="quarantine"):  # a retry stays a retry
+                if held.ingest_date >= (horizon_start - timedelta(days=1)).date():
+                    ids = held_ids(held.path)
+                    self._remember_landed(ids.filter(pc.greater_equal(
+                        ids.column("ingested_at"),
+                        pa.scalar(horizon_start, ids.schema.field("ingested_at").type))))
             # Ids first ingested before the watermark (within the horizon) are counted by the
             # base: a copy landed since (the door's record was lost) is a duplicate.
             seen = set() if version.watermark is None else identities(

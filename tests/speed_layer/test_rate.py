@@ -1,0 +1,158 @@
+"""Per-player rate plausibility (issue 12 part 5): more than `player_events_per_minute`
+events of one player in one landing minute go to quarantine (`implausible_rate`), decided
+once at landing and recorded in the lake, so that the batch and the speed layer agree."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.batch import run_batch
+from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.registry import RegistryError, load_registry, parse_registry
+from leaderboard.schema import TIMESTAMP
+from leaderboard.settings import Settings
+from serving.service import Leaderboards
+from speed_layer.ingest import Ingestor, IngestReport
+from speed_layer.service import SpeedLayer
+
+pytestmark = pytest.mark.redis
+
+NOW = datetime(2026, 12, 1, 12, 0, 10, tzinfo=UTC)
+PLAYED = datetime(2026, 12, 1, 11, tzinfo=UTC)
+
+
+def _settings(tmp_path: Path, limit: int = 3) -> Settings:
+    text = (resources.files("leaderboard") / "registries" / "default.toml").read_text()
+    text = text.replace("# player_events_per_minute = 120",
+                        f"player_events_per_minute = {limit}")
+    (tmp_path / "registry.toml").write_text(text)
+    return Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "data"),
+                              "LEADERBOARD_CONFIG": str(tmp_path / "registry.toml")})
+
+
+def _table(rows: list[tuple[str, str, int]]) -> pa.Table:
+    return pa.table({
+        "match_id": [m for m, _, _ in rows], "player_id": [p for _, p, _ in rows],
+        "points": pa.array([x for _, _, x in rows], pa.int64()),
+        "event_time": pa.array([PLAYED] * len(rows), TIMESTAMP),
+        "region": ["na"] * len(rows), "mode": ["ranked"] * len(rows),
+        "server_id": ["s1"] * len(rows)})
+
+
+def _ingest(settings: Settings, speed: SpeedLayer, rows: list[tuple[str, str, int]],
+            now: datetime = NOW, writer: str = "w", **options: Any) -> IngestReport:
+    with LandingWriter(settings.lake_dir, writer) as landing:
+        return Ingestor(settings.registry, landing, speed).ingest(
+            _table(rows), now=now, source="test", **options)
+
+
+def _rows(lake: Path, kind: str) -> list[dict[str, Any]]:
+    return [row for f in landed_files(lake, kind=kind)
+            for row in pq.read_table(f.path).to_pylist()]
+
+
+def test_the_registry_takes_the_limit():
+    assert load_registry().player_events_per_minute is None  # shipped: no limit
+    raw = {"regions": ["na"], "modes": ["ranked"], "limits": {"player_events_per_minute": 0},
+           "boards": [{"scope": "global"}]}
+    with pytest.raises(RegistryError, match=r"limits\.player_events_per_minute.*>= 1"):
+        parse_registry(raw)
+
+
+def test_events_past_the_limit_are_held_and_a_retry_of_them_is_a_retry(tmp_path,
+                                                                        redis_client):
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    rows = [(f"m{n}", "alice", 10) for n in range(5)] + [("m0", "bob", 1)]
+    report = _ingest(settings, speed, rows, row_reasons=True)
+    assert (report.accepted, report.rejected) == (4, 2)
+    assert report.reasons == {"implausible_rate": 2}
+    # Batch order decides: alice's first three count, m3 and m4 are held.
+    assert [(row, reason) for row, reason, _ in report.rejections] == [
+        (3, "implausible_rate"), (4, "implausible_rate")]
+    held = _rows(settings.lake_dir, "quarantine")
+    assert [(r["match_id"], r["player_id"], r["reason"]) for r in held] == [
+        ("m3", "alice", "implausible_rate"), ("m4", "alice", "implausible_rate")]
+    assert "limits.player_events_per_minute = 3" in held[0]["detail"]
+    assert held[0]["event_time"] == "2026-12-01T11:00:00Z"
+    assert sorted((r["match_id"], r["player_id"]) for r in _rows(settings.lake_dir, "events")
+                  ) == [("m0", "alice"), ("m0", "bob"), ("m1", "alice"), ("m2", "alice")]
+    # The same batch again: every row is a retry, held ones included; nothing new anywhere.
+    again = _ingest(settings, speed, rows)
+    assert (again.accepted, again.retries, again.rejected) == (0, 6, 0)
+    assert len(_rows(settings.lake_dir, "quarantine")) == 2
+    # Later in the same minute, from another writer: alice is still over; next minute she
+    # is not.
+    later = _ingest(settings, speed, [("m5", "alice", 1)], NOW + timedelta(seconds=30), "v")
+    assert later.reasons == {"implausible_rate": 1}
+    fresh = _ingest(settings, speed, [("m6", "alice", 1)], NOW + timedelta(minutes=1), "v")
+    assert (fresh.accepted, fresh.rejected) == (1, 0)
+
+
+def test_backfills_are_not_held(tmp_path, redis_client):
+    settings = _settings(tmp_path, limit=1)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    report = _ingest(settings, speed, [(f"h{n}", "carol", 1) for n in range(4)], backfill=True)
+    assert (report.accepted, report.rejected) == (4, 0)
+
+
+def test_a_failed_landing_keeps_the_held_rows_and_gives_back_the_rest(tmp_path, redis_client,
+                                                                      monkeypatch):
+    """A crash after the held rows reached the quarantine and before the others landed: the
+    held ids stay claimed (their retry is a retry), the others are released and their count
+    given back, so the retry of the batch lands them."""
+    settings = _settings(tmp_path, limit=2)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    rows = [(f"m{n}", "dave", 1) for n in range(3)]
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(LandingWriter, "land", fail)
+    with pytest.raises(OSError, match="disk full"):
+        _ingest(settings, speed, rows)
+    monkeypatch.undo()
+    assert [r["match_id"] for r in _rows(settings.lake_dir, "quarantine")] == ["m2"]
+    assert _rows(settings.lake_dir, "events") == []
+    retry = _ingest(settings, speed, rows)
+    assert (retry.accepted, retry.retries, retry.rejected) == (2, 1, 0)
+    assert sorted(r["match_id"] for r in _rows(settings.lake_dir, "events")) == ["m0", "m1"]
+
+
+def test_two_writers_share_the_limit(tmp_path, redis_client):
+    settings = _settings(tmp_path, limit=4)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    kept = 0
+    for n in range(6):
+        report = _ingest(settings, speed, [(f"x{n}", "erin", 1)], writer="ab"[n % 2])
+        kept += report.accepted
+    assert kept == 4
+    assert len(_rows(settings.lake_dir, "quarantine")) == 2
+
+
+def test_batch_and_speed_agree_on_what_was_held(tmp_path, redis_client):
+    """The merged answers (speed layer, before any batch holds these events) equal the
+    batch of everything: both read the one decision the lake records."""
+    settings = _settings(tmp_path, limit=2)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [(f"a{n}", "alice", 5) for n in range(4)]
+            + [("a0", "bob", 7), ("a1", "bob", 1)])
+    _ingest(settings, speed, [("a9", "alice", 100), ("b2", "bob", 3)],
+            NOW + timedelta(seconds=20))
+    boards = Leaderboards(settings.lake_dir, settings.registry, redis_client,
+                          now=lambda: NOW + timedelta(days=1))
+    merged = boards.top("global", 10, window="all-time")["entries"]
+    assert [(e["player_id"], e["score"]) for e in merged] == [("alice", 10), ("bob", 8)]
+    speed.rebase(run_batch(settings, date(2026, 12, 1)).manifest)
+    after = Leaderboards(settings.lake_dir, settings.registry, redis_client,
+                         now=lambda: NOW + timedelta(days=1))
+    assert [(e["player_id"], e["score"]) for e in
+            after.top("global", 10, window="all-time")["entries"]] == [("alice", 10),
+                                                                      ("bob", 8)]
