@@ -30,6 +30,8 @@ import pyarrow.parquet as pq
 from jobs.publish import PublishError, RewindRefused, StandingsWriter, seal
 from jobs.retention import deleted_through
 from jobs.spec import (
+    CARRY_KINDS,
+    CARRY_SCHEMA,
     ROLLUP_SCHEMA,
     LatenessBit,
     StandingsResult,
@@ -79,7 +81,8 @@ class Engine(Protocol):
     def merge_rollups(self, old: pa.Table, delta: pa.Table) -> pa.Table: ...
 
     def standings(self, rollups: pa.Table, *, spec: pa.Table, calendar: pa.Table,
-                  needed: pa.Table, banned: list[str]) -> StandingsResult: ...
+                  needed: pa.Table, banned: list[str], delta: pa.Table | None = None,
+                  carry: pa.Table | None = None) -> StandingsResult: ...
 
     def finish(self) -> None: ...
 
@@ -254,6 +257,36 @@ def _scope_points(lake: Path, rollups: dict[str, dict[str, Any]], banned: set[st
     return totals
 
 
+def _carried_scope_points(base: Manifest | None, delta: pa.Table, banned: set[str],
+                          end: date) -> dict[str, int] | None:
+    """The counted points per scope key (all-time, banned players excluded) as the base's
+    check recorded them plus the night's new rollup rows: what `_scope_points` sums over
+    every rollup file, without reading history. None when the bans changed since the base
+    (a newly banned player's points would have to leave the totals) or there is no base."""
+    if base is None or set(base.inputs.get("banned", [])) != banned:
+        return None
+    recorded = base.checks.get("scope_points")
+    if not isinstance(recorded, dict):
+        return None
+    totals = {str(k): int(v) for k, v in recorded.items()}
+    rows = delta.filter(pc.less(delta.column("event_date"), pa.scalar(end, pa.date32())))
+    if banned:
+        rows = rows.filter(pc.invert(pc.is_in(rows.column("player_id"),
+                                              value_set=pa.array(sorted(banned)))))
+    if rows.num_rows == 0:
+        return totals
+    rows = rows.set_column(rows.schema.get_field_index("points_sum"), "points_sum",
+                           pc.cast(rows.column("points_sum"), pa.decimal128(38, 0)))
+    totals["global"] = totals.get("global", 0) + int(pc.sum(rows.column("points_sum")).as_py())
+    for column in ("region", "mode"):
+        grouped = rows.group_by(column).aggregate([("points_sum", "sum")])
+        for value, points in zip(grouped.column(column).to_pylist(),
+                                 grouped.column("points_sum_sum").to_pylist(), strict=True):
+            key = f"{column}:{value}"
+            totals[key] = totals.get(key, 0) + int(points)
+    return totals
+
+
 def _saturated_total(players: pa.Array | None, limit: int) -> int:
     """Sum over players of each one's total saturated at +-limit (what a sum board's
     all-time scores add up to; leaderboard.sortkey.saturate)."""
@@ -361,6 +394,7 @@ class _Rolled:
     rollups: dict[str, dict[str, Any]]
     changed: list[date]  # event dates that received new rows
     counted: int  # events newly absorbed
+    delta: pa.Table  # this run's new rollup rows (before merging with the base's)
 
 
 @dataclass(frozen=True)
@@ -428,7 +462,8 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
             absorbed=[], calendar=plan.calendar, bits=plan.bits, voids=plan.voids)
         say(f"deduped and rolled up {counted:,} events into {delta.num_rows:,} rollup rows")
         checkpoint("batch.rollups")
-        return _Rolled(_write_rollups(lake, delta, plan.run), _rollup_dates(delta), counted)
+        return _Rolled(_write_rollups(lake, delta, plan.run), _rollup_dates(delta), counted,
+                       delta)
     # New partitions: a file's rows are all stamped on its partition's day (a backfill
     # too), so older partitions hold nothing at or after the old watermark.
     new_files = [str(f.path) for f in plan.files if f.ingest_date > base.as_of_date]
@@ -444,7 +479,7 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
         _rollup_index(lake, rollups, [d.isoformat() for d in changed]), delta)
     checkpoint("batch.rollups")
     rollups.update(_write_rollups(lake, merged, plan.run))
-    return _Rolled(rollups, changed, counted)
+    return _Rolled(rollups, changed, counted, delta)
 
 
 def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rolled,
@@ -460,10 +495,16 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
         needed = plan_windows(registry, rolled.changed, as_of)
     needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
                              "window_id": [w for _, w in sorted(needed)]})
-    say(f"ranking {len(needed)} board-window(s)")
+    carry = _carry_plan(lake, registry, plan, needed)
+    carried = set(zip(carry.column("board").to_pylist(), carry.column("window_id").to_pylist(),
+                      strict=True))
+    read = _dates_of(plan.calendar, {w for _, w in needed - carried})
+    say(f"ranking {len(needed)} board-window(s), {len(carried)} carried forward; reading the "
+        f"rollups of {len(read)} event date(s)")
     result = eng.standings(
-        _rollup_index(lake, rolled.rollups), spec=board_window_spec(registry),
-        calendar=plan.calendar, needed=needed_table, banned=sorted(plan.banned))
+        _rollup_index(lake, rolled.rollups, read), spec=board_window_spec(registry),
+        calendar=plan.calendar, needed=needed_table, banned=sorted(plan.banned),
+        delta=rolled.delta if carried else None, carry=carry)
     if result.overflow is not None:
         row = result.overflow.slice(0, 1).to_pylist()[0]
         raise SortKeyOverflow(
@@ -483,6 +524,13 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
     received = {(b, w) for b, w in zip(result.windows.column("board").to_pylist(),
                                        result.windows.column("window_id").to_pylist(),
                                        strict=True)}
+    if base is not None and carried:
+        # A carried window whose only players are banned has no state rows; it received
+        # events all the same (the base says so), as a recompute from rollups would find.
+        index = base.standings(lake)
+        received |= carried & {(b, w) for b, w, r in zip(
+            index.column("board").to_pylist(), index.column("window_id").to_pylist(),
+            index.column("received").to_pylist(), strict=True) if r}
     open_now = plan_windows(registry, [], as_of)
     writer.write_empty(sorted((needed & (received | open_now)) - built))
     writer.write_histograms(result.histograms)
@@ -516,6 +564,75 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
     return _Ranked(writer, rows, needed, standings)
 
 
+def _dates_of(calendar: pa.Table, window_ids: set[str]) -> list[str]:
+    """The event dates (ISO) that fall in any of `window_ids`."""
+    if not window_ids:
+        return []
+    rows = calendar.filter(pc.is_in(calendar.column("window_id"),
+                                    value_set=pa.array(sorted(window_ids), pa.string())))
+    return sorted(d.isoformat() for d in pc.unique(rows.column("event_date")).to_pylist())
+
+
+def _carry_plan(lake: Path, registry: Registry, plan: _Plan,
+                needed: set[tuple[str, str]]) -> pa.Table:
+    """The needed board-windows of CARRY_KINDS that can be built from the base version's
+    standings rows plus the night's new rollup rows (CARRY_SCHEMA), so that a night reads
+    no history. A window is carried when the base's rows hold every counted player's whole
+    state: never on a full run; never after an unban (a player banned in the base has no
+    standings rows there: the windows are recomputed from rollups); never from a file
+    without `last_match_id` (written before it existed) or, on a sum board, one where some
+    total may sit at the saturation limit (Parquet statistics, no data read). A window the
+    base lacks had no counted rows yet: carried from nothing (path null).
+    """
+    base = plan.base
+    if base is None or not set(base.inputs.get("banned", [])) <= plan.banned:
+        return CARRY_SCHEMA.empty_table()
+    index = base.standings(lake)
+    paths = dict(zip(zip(index.column("board").to_pylist(),
+                         index.column("window_id").to_pylist(), strict=True),
+                     index.column("path").to_pylist(), strict=True))
+    boards = {b.name: b for b in registry.boards}
+    usable: dict[tuple[str, int | None], bool] = {}
+    rows: list[tuple[str, str, str | None]] = []
+    for board, window_id in sorted(needed):
+        kind = window_id.split(":", 1)[0]
+        if kind not in CARRY_KINDS:
+            continue
+        path = paths.get((board, window_id))
+        if path is None:
+            rows.append((board, window_id, None))
+            continue
+        limit = (registry.layout(boards[board], kind).limit
+                 if boards[board].aggregation == "sum" else None)
+        if (path, limit) not in usable:
+            usable[(path, limit)] = _state_file_usable(lake / path, limit)
+        if usable[(path, limit)]:
+            rows.append((board, window_id, str(lake / path)))
+    return pa.table({"board": [r[0] for r in rows], "window_id": [r[1] for r in rows],
+                     "path": pa.array([r[2] for r in rows], pa.string())}, schema=CARRY_SCHEMA)
+
+
+def _state_file_usable(path: Path, limit: int | None) -> bool:
+    """Whether a standings file's rows are whole aggregate states: it has `last_match_id`
+    and, when `limit` is given (a sum board), every score lies strictly inside +-limit."""
+    metadata = pq.ParquetFile(path).metadata
+    schema = metadata.schema.to_arrow_schema()
+    if "last_match_id" not in schema.names:
+        return False
+    if limit is None:
+        return True
+    column = schema.get_field_index("score")
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(column).statistics
+        if metadata.row_group(group).num_rows == 0:
+            continue
+        if stats is None or not stats.has_min_max:
+            return False
+        if not -limit < stats.min <= stats.max < limit:
+            return False
+    return True
+
+
 def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Rolled,
                       ranked: _Ranked, engine: str) -> Manifest:
     """The version's manifest, once its events and all-time points add up (else
@@ -531,7 +648,12 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
     if events_total != expected_total:
         raise PublishError(f"rollups count {events_total} events, expected {expected_total} "
                            "(deduped input); not publishing")
-    scope_points = _scope_points(lake, rollups, plan.banned, registry.calendar.all_time_end)
+    end = registry.calendar.all_time_end
+    carried_points = _carried_scope_points(base, rolled.delta, plan.banned, end)
+    full_points: dict[str, pa.Array] | None = None
+    paths = dict(zip(zip(standings.column("board").to_pylist(),
+                         standings.column("window_id").to_pylist(), strict=True),
+                     standings.column("path").to_pylist(), strict=True))
     for board in registry.boards:
         if board.aggregation != "sum" or ALL_TIME not in board.windows:
             continue
@@ -539,8 +661,15 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
             continue
         key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
         got = totals[(board.name, ALL_TIME)]
-        expected = _saturated_total(scope_points.get(key),
-                                    registry.layout(board, ALL_TIME).limit)
+        limit = registry.layout(board, ALL_TIME).limit
+        if carried_points is not None and _state_file_usable(
+                lake / paths[(board.name, ALL_TIME)], limit):
+            # No total saturated: the scores add up to the counted points themselves.
+            expected = (carried_points.get(key, 0) + 2**63) % 2**64 - 2**63
+        else:
+            if full_points is None:
+                full_points = _scope_points(lake, rollups, plan.banned, end)
+            expected = _saturated_total(full_points.get(key), limit)
         if got != expected:
             raise PublishError(f"{board.name} all-time scores add up to {got}, the counted "
                                f"points to {expected}; not publishing")
@@ -557,8 +686,9 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
                 "voids": voids_digest(plan.voids)},
         boards=_board_summary(standings),
         checks={"events": events_total, "windows_built": len(ranked.needed),
-                "standings_rows_written": ranked.rows, "scope_points": {
-                    k: int(pc.sum(v).as_py() or 0) for k, v in scope_points.items()}},
+                "standings_rows_written": ranked.rows, "scope_points": carried_points if
+                carried_points is not None else {k: int(pc.sum(v).as_py() or 0) for k, v in (
+                    full_points or _scope_points(lake, rollups, plan.banned, end)).items()}},
         duration_seconds=round((datetime.now(UTC) - plan.started).total_seconds(), 3),
     )
 

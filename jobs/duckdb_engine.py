@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from jobs.spec import (
+    CARRY_SCHEMA,
     DEPTH_BUCKETS,
     ROLLUP_CAP,
     ROLLUP_SCHEMA,
@@ -22,6 +23,7 @@ from jobs.spec import (
     LatenessBit,
     StandingsResult,
 )
+from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import epoch_us
 
 __all__ = ["DuckDBEngine"]
@@ -83,6 +85,33 @@ _ROLLUP_COLUMNS = """
     mn.p AS min_points, make_timestamp(mn.t)::TIMESTAMPTZ AS min_at,
     lst.p AS last_points, lst.m AS last_match, first_event_at, last_event_at
 """
+
+
+#: A carried window's previous standings row as a partial aggregate of the same shape as an
+#: exploded rollup row: each aggregation's state is its score with its time mark (a sum's
+#: total, a max/min's best with the earliest time reaching it, a last's points with its
+#: event time and match), and every board keeps matches, first/last event and last match.
+_STATE_ROWS = """
+                SELECT b.bw, p.pc, st.matches,
+                       CASE WHEN b.aggregation = 'sum' THEN st.score END AS points_sum,
+                       CASE WHEN b.aggregation = 'max' THEN st.score END AS max_points,
+                       CASE WHEN b.aggregation = 'max' THEN st.reached_at END AS max_at,
+                       CASE WHEN b.aggregation = 'min' THEN st.score END AS min_points,
+                       CASE WHEN b.aggregation = 'min' THEN st.reached_at END AS min_at,
+                       CASE WHEN b.aggregation = 'last' THEN st.score END AS last_points,
+                       st.last_match_id AS last_match, st.first_event_at, st.last_event_at
+                FROM state_v st
+                JOIN bw_t b ON b.board = st.board AND b.window_id = st.window_id
+                JOIN players_i p ON p.player_id = st.player_id
+"""
+
+_STATE_EMPTY = pa.table({
+    "board": pa.array([], pa.string()), "window_id": pa.array([], pa.string()),
+    "player_id": pa.array([], pa.string()), "score": pa.array([], pa.int64()),
+    "matches": pa.array([], pa.int64()), "reached_at": pa.array([], TIMESTAMP),
+    "first_event_at": pa.array([], TIMESTAMP), "last_event_at": pa.array([], TIMESTAMP),
+    "last_match_id": pa.array([], pa.string()),
+})
 
 
 class DuckDBEngine:
@@ -229,12 +258,18 @@ class DuckDBEngine:
         calendar: pa.Table,
         needed: pa.Table,
         banned: Sequence[str],
+        delta: pa.Table | None = None,
+        carry: pa.Table | None = None,
     ) -> StandingsResult:
         """Ranked standings for every (board, window_id) in `needed`.
 
         `rollups` lists (path, event_date): the file holding each date's authoritative rows.
-        Returns a `StandingsResult` (the ordered rows, histograms, the windows that received
-        events; or, when some score does not fit an exact sort key, only the overflow).
+        `carry` (CARRY_SCHEMA) names the board-windows carried forward: built from the
+        previous version's standings rows of that window (`path`; none: no rows yet) plus
+        the `delta` rollup rows (this run's new events), never from `rollups` (see
+        jobs.spec.CARRY_SCHEMA). Returns a `StandingsResult` (the ordered rows, histograms,
+        the windows that received events; or, when some score does not fit an exact sort
+        key, only the overflow).
         """
         con = self.con
         con.register("spec_t", spec)
@@ -253,6 +288,7 @@ class DuckDBEngine:
             """)
         else:
             con.register("rollups_v", ROLLUP_SCHEMA.empty_table())
+        self._register_carry(delta, carry)
         # Integer codes: a board-window is `bw`, a player `pc` (numbered in player_id order, so
         # ordering by pc is ordering by player_id). Grouping and ranking 15 board-windows per
         # rollup row on two integers instead of three strings is several times faster.
@@ -270,15 +306,19 @@ class DuckDBEngine:
             CREATE OR REPLACE TEMP TABLE bw_t AS
             SELECT (row_number() OVER (ORDER BY s.board, w.window_id))::INTEGER AS bw,
                    s.bno, w.wno, s.board, w.window_id, w.window_start_us, s.aggregation,
-                   s.sign, s.earliest, s.time_bits, s.time_unit_us, s.score_limit
+                   s.sign, s.earliest, s.time_bits, s.time_unit_us, s.score_limit,
+                   c.board IS NOT NULL AS carried
             FROM (SELECT DISTINCT kind, window_id, window_start_us, wno FROM cal_i) w
             JOIN spec_i s ON s.kind = w.kind
+            LEFT JOIN (SELECT DISTINCT board, window_id FROM carry_t) c
+                ON c.board = s.board AND c.window_id = w.window_id
             SEMI JOIN needed_t n ON n.board = s.board AND n.window_id = w.window_id
         """)
         con.execute("""
             CREATE OR REPLACE TEMP TABLE players_i AS
             SELECT player_id, (row_number() OVER (ORDER BY player_id))::INTEGER AS pc
-            FROM (SELECT DISTINCT player_id FROM rollups_v)
+            FROM (SELECT player_id FROM rollups_v UNION SELECT player_id FROM delta_t
+                  UNION SELECT player_id FROM state_v)
         """)
         aggregations = set(spec.column("aggregation").to_pylist())
         # Struct aggregates only for the aggregations the registry uses (`lst` always: it
@@ -293,10 +333,13 @@ class DuckDBEngine:
         # their events still exists) and dropped when ranking.
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE scored AS
-            WITH x AS (
+            WITH src AS (
+                SELECT *, false AS from_delta FROM rollups_v
+                UNION ALL BY NAME SELECT *, true AS from_delta FROM delta_t
+            ), x AS (
                 SELECT r.* EXCLUDE (player_id), p.pc,
                        unnest(['global', 'region:' || r.region, 'mode:' || r.mode]) AS scope_key
-                FROM rollups_v r JOIN players_i p USING (player_id)
+                FROM src r JOIN players_i p USING (player_id)
             ), counted AS (
                 SELECT b.bw, x.pc, x.matches, x.points_sum, x.max_points, x.max_at,
                        x.min_points, x.min_at, x.last_points, x.last_match, x.first_event_at,
@@ -304,8 +347,10 @@ class DuckDBEngine:
                 FROM x
                 JOIN spec_i s ON s.scope_key = x.scope_key
                 JOIN cal_i c ON c.event_date = x.event_date AND c.kind = s.kind
-                JOIN bw_t b ON b.bno = s.bno AND b.wno = c.wno
+                JOIN bw_t b ON b.bno = s.bno AND b.wno = c.wno AND b.carried = x.from_delta
                 WHERE s.bit < 0 OR ((x.mask >> s.bit) & 1) = 1
+                UNION ALL
+                {_STATE_ROWS}
             ), g AS (
                 SELECT bw, pc,
                        sum(matches)::BIGINT AS matches,
@@ -419,6 +464,27 @@ class DuckDBEngine:
         """).to_arrow_reader(batch_size=256 * 1024)
         return StandingsResult(reader, histograms, windows)
 
+    def _register_carry(self, delta: pa.Table | None, carry: pa.Table | None) -> None:
+        """`carry_t`, `delta_t` and `state_v` (the carried windows' previous standings rows,
+        with their board) for the standings pass; empty when nothing is carried."""
+        con = self.con
+        carry = CARRY_SCHEMA.empty_table() if carry is None else carry.cast(CARRY_SCHEMA)
+        delta = ROLLUP_SCHEMA.empty_table() if delta is None else delta
+        con.register("carry_t", carry)
+        con.register("delta_t", delta.select(ROLLUP_SCHEMA.names).cast(ROLLUP_SCHEMA))
+        paths = sorted({p for p in carry.column("path").to_pylist() if p})
+        if paths:
+            con.sql(f"""
+                CREATE OR REPLACE TEMP VIEW state_v AS
+                SELECT c.board, s.window_id, s.player_id, s.score, s.matches, s.reached_at,
+                       s.first_event_at, s.last_event_at, s.last_match_id
+                FROM read_parquet({_sql_list(paths)}, filename = true,
+                                  hive_partitioning = false) s
+                JOIN carry_t c ON c.path = s.filename AND c.window_id = s.window_id
+            """)
+        else:
+            con.register("state_v", _STATE_EMPTY)
+
     def finish(self) -> None:
         """Drop the per-run temp tables (after the standings reader is drained)."""
         self.con.execute("SET preserve_insertion_order = false")
@@ -426,7 +492,9 @@ class DuckDBEngine:
         for table in ("spec_i", "cal_i", "bw_t", "players_i", "banned_i"):
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
         self.con.execute("DROP VIEW IF EXISTS rollups_v")
-        for name in ("spec_t", "calendar_t", "needed_t", "banned_t", "rollup_index"):
+        self.con.execute("DROP VIEW IF EXISTS state_v")
+        for name in ("spec_t", "calendar_t", "needed_t", "banned_t", "rollup_index", "carry_t",
+                     "delta_t", "state_v"):
             with contextlib.suppress(duckdb.Error):
                 self.con.unregister(name)
 

@@ -43,6 +43,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.spec import (
+    CARRY_SCHEMA,
     DEPTH_BUCKETS,
     ROLLUP_CAP,
     ROLLUP_SCHEMA,
@@ -98,6 +99,18 @@ _ROLLUP_DDL = ("player_id string, event_date date, region string, mode string, m
                "matches bigint, points_sum bigint, max_points bigint, max_at timestamp, "
                "min_points bigint, min_at timestamp, last_points bigint, last_match string, "
                "first_event_at timestamp, last_event_at timestamp")
+#: A carried window's previous standings rows (jobs.spec.CARRY_SCHEMA).
+_STATE_DDL = ("window_id string, player_id string, score bigint, matches bigint, "
+              "reached_at timestamp, first_event_at timestamp, last_event_at timestamp, "
+              "last_match_id string")
+#: The rows grouped per (board-window, player): exploded rollup rows and carried state alike.
+_COUNTED = ("player_id", "board", "window_id", "aggregation", "sign", "earliest", "time_bits",
+            "time_unit_us", "score_limit", "window_start_us", "matches", "points_sum",
+            "max_points", "max_at", "min_points", "min_at", "last_points", "last_match",
+            "first_event_at", "last_event_at")
+_COUNTED_TYPES = {"player_id": pa.string(), "board": pa.string(), "window_id": pa.string(),
+                  "aggregation": pa.string(), "earliest": pa.bool_(),
+                  "last_match": pa.string()}
 _ROLLUP_INSTANTS = ("max_at", "min_at", "first_event_at", "last_event_at")
 
 # The columns ranked (sort_for_ranking), and the rows numbered (number_within_partitions).
@@ -634,10 +647,14 @@ class SparkEngine:
         calendar: pa.Table,
         needed: pa.Table,
         banned: Sequence[str],
+        delta: pa.Table | None = None,
+        carry: pa.Table | None = None,
     ) -> StandingsResult:
         """Ranked standings for every (board, window_id) in `needed`.
 
         `rollups` lists (path, event_date): the file holding each date's authoritative rows.
+        `carry` (CARRY_SCHEMA): the board-windows built from the previous version's standings
+        rows plus the `delta` rollup rows instead of from `rollups` (as the DuckDB engine).
         Returns a `StandingsResult` (the ordered rows, histograms, the windows that received
         events; or, when some score does not fit an exact sort key, only the overflow).
         """
@@ -650,7 +667,14 @@ class SparkEngine:
         spec_df = F.broadcast(self._frame(spec))
         calendar_df = F.broadcast(self._frame(
             calendar.select(["event_date", "kind", "window_id", "window_start_us"])))
-        needed_df = F.broadcast(self._frame(needed.select(["board", "window_id"])))
+        carry = CARRY_SCHEMA.empty_table() if carry is None else carry.cast(CARRY_SCHEMA)
+        carried_keys = pc.binary_join_element_wise(carry.column("board"),
+                                                   carry.column("window_id"), "\x00")
+        needed = needed.select(["board", "window_id"])
+        needed = needed.append_column("carried", pc.is_in(
+            pc.binary_join_element_wise(needed.column("board"), needed.column("window_id"),
+                                        "\x00"), value_set=carried_keys.combine_chunks()))
+        needed_df = F.broadcast(self._frame(needed))
         banned_df = F.broadcast(self._frame(pa.table({
             "player_id": pa.array(sorted(set(banned)), pa.string()),
             "is_banned": pa.array([True] * len(set(banned)), pa.bool_())})))
@@ -658,14 +682,22 @@ class SparkEngine:
             self.spark.conf.get("spark.sql.shuffle.partitions") or _DEFAULT_SHUFFLE_PARTITIONS)
         # Rollup files are few and large: spread their rows by player before fanning each out
         # to its board-windows, so that the grouping below needs no further shuffle.
-        rows = self._read_rollups(rollups).repartition(partitions, "player_id")
+        rows = self._read_rollups(rollups).withColumn("from_delta", F.lit(False))
+        if delta is not None and delta.num_rows:
+            rows = rows.unionByName(self._frame(
+                delta.select(ROLLUP_SCHEMA.names).cast(ROLLUP_SCHEMA))
+                .withColumn("from_delta", F.lit(True)))
+        rows = rows.repartition(partitions, "player_id")
         scopes = F.array(F.lit("global"), F.concat(F.lit("region:"), F.col("region")),
                          F.concat(F.lit("mode:"), F.col("mode")))
         counted = (rows.withColumn("scope_key", F.explode(scopes))
                    .join(spec_df, "scope_key")
                    .join(calendar_df, ["event_date", "kind"])
-                   .join(needed_df, ["board", "window_id"], "left_semi")
-                   .where(F.expr("bit < 0 OR (shiftright(mask, CAST(bit AS INT)) & 1) = 1")))
+                   .join(needed_df, ["board", "window_id"])
+                   .where(F.col("carried") == F.col("from_delta"))
+                   .where(F.expr("bit < 0 OR (shiftright(mask, CAST(bit AS INT)) & 1) = 1"))
+                   .select(*_COUNTED))
+        counted = counted.unionByName(self._state_rows(carry, spec_df, calendar_df))
         aggregation = F.col("aggregation")
         score = (F.when(aggregation == "sum", F.col("points_sum"))
                  .when(aggregation == "max", F.col("mx.p"))
@@ -739,6 +771,37 @@ class SparkEngine:
         reader = self._ordered_reader(out)
         self._release()
         return StandingsResult(reader, histograms, windows)
+
+    def _state_rows(self, carry: pa.Table, spec_df: DataFrame, calendar_df: DataFrame
+                    ) -> DataFrame:
+        """The carried windows' previous standings rows as partial aggregates shaped like
+        the exploded rollup rows (the DuckDB engine's _STATE_ROWS)."""
+        from pyspark.sql import functions as F
+
+        paths = sorted({p for p in carry.column("path").to_pylist() if p})
+        if not paths:
+            return self._frame(pa.table({
+                name: pa.array([], _COUNTED_TYPES.get(name, pa.int64())) for name in _COUNTED}))
+        index = F.broadcast(self._frame(carry.filter(pc.is_valid(carry.column("path"))))
+                            .withColumnRenamed("path", "file"))
+        windows = calendar_df.select("kind", "window_id", "window_start_us").distinct()
+        state = (self._read_named(paths, _STATE_DDL).join(index, ["file", "window_id"])
+                 .join(F.broadcast(windows), "window_id")
+                 .join(spec_df, ["board", "kind"]))
+        aggregation = F.col("aggregation")
+
+        def only(name: str, column: str) -> Column:
+            return F.when(aggregation == name, F.col(column))
+
+        return state.withColumn("reached_us", F.unix_micros("reached_at")).select(
+            "player_id", "board", "window_id", "aggregation", "sign", "earliest", "time_bits",
+            "time_unit_us", "score_limit", "window_start_us", "matches",
+            only("sum", "score").alias("points_sum"), only("max", "score").alias("max_points"),
+            only("max", "reached_us").alias("max_at"), only("min", "score").alias("min_points"),
+            only("min", "reached_us").alias("min_at"), only("last", "score").alias("last_points"),
+            F.col("last_match_id").alias("last_match"),
+            F.unix_micros("first_event_at").alias("first_event_at"),
+            F.unix_micros("last_event_at").alias("last_event_at"))
 
     def _ordered_reader(self, out: DataFrame) -> pa.RecordBatchReader:
         """The ranked rows in partition order (= global order), streamed back to the driver.

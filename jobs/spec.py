@@ -19,6 +19,8 @@ from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import duration_us
 
 __all__ = [
+    "CARRY_KINDS",
+    "CARRY_SCHEMA",
     "DEPTH_BUCKETS",
     "HISTOGRAM_SCHEMA",
     "ROLLUP_CAP",
@@ -61,6 +63,23 @@ STANDINGS_SCHEMA = pa.schema([
     ("rank", pa.int64()), ("percentile", pa.float64()), ("matches", pa.int64()),
     ("reached_at", TIMESTAMP), ("first_event_at", TIMESTAMP), ("last_event_at", TIMESTAMP),
     ("last_match_id", pa.string()),
+])
+
+#: The window kinds a night carries forward instead of re-reading their rollups: a window of
+#: these kinds is built from the previous version's standings rows of that window (each row
+#: is the player's whole aggregate state: see CARRY_SCHEMA) plus the night's new rollup rows.
+#: Daily windows are rebuilt from their one date's rollups (as cheap as their standings).
+CARRY_KINDS = ("weekly", "monthly", "season", ALL_TIME)
+
+#: What the batch hands an engine per carried board-window: the previous version's standings
+#: file holding it (absolute; null: the window had no rows yet). A standings row is the
+#: exact state of every aggregation: a sum's total (carried only while no player's total sits
+#: at the board's saturation limit, where the true total is lost), a max's or min's best score
+#: with the earliest time it was reached, a last's points with its time and match; matches,
+#: first and last event and last match for all. Merging it with the new rollup rows is the
+#: same commutative merge the rollups use, so the result is what a recompute gives.
+CARRY_SCHEMA = pa.schema([
+    ("board", pa.string()), ("window_id", pa.string()), ("path", pa.string()),
 ])
 
 #: Histogram rows: kind `width` (equal-width score buckets, for charts) or `depth` (equal
