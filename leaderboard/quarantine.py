@@ -1,0 +1,184 @@
+"""Reading the quarantine for review: rows with stable ids, and the ledger of releases.
+
+A quarantined row is named by where it lies: `<ingest_date>.<writer>.<seq>.<row>` (its
+file `quarantine/ingest_date=D/part-<writer>-<seq>.parquet`, its row in that file), e.g.
+`2026-12-01.http.12.3`. Files are immutable once renamed into place, so an id names one
+row for good; a listing walks files in (ingest_date, writer, seq) order, and its cursor
+is the id of the last row returned.
+
+A release re-lands chosen rows (`speed_layer.review`). Its ledger is one JSON file per
+release under `lake/quarantine_releases/`, written before the rows land, naming the ids
+(with each row's identity, so an id that came to name another row is not taken for
+released) and the seq of the events file that lands them: a release counts as done iff
+that file exists, so a release that died before landing is done again by the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from leaderboard.lake import LandedFile, atomic_write_bytes, landed_files
+from leaderboard.schema import INPUT_FIELDS
+from leaderboard.timeutil import format_instant, to_utc
+
+__all__ = ["QUARANTINE_ID_PATTERN", "RELEASE_WRITER", "QuarantineRow", "Release",
+           "find_rows", "list_quarantine", "parse_quarantine_id", "read_releases",
+           "released_ids", "write_release"]
+
+#: The id of a quarantined row (see the module docstring).
+QUARANTINE_ID_PATTERN = r"^\d{4}-\d{2}-\d{2}\.[a-z0-9_]{1,32}\.\d{1,12}\.\d{1,9}$"
+_ID = re.compile(QUARANTINE_ID_PATTERN)
+#: The landing writer that re-lands released rows (one release at a time per lake).
+RELEASE_WRITER = "release"
+_LEDGER = "quarantine_releases"
+
+
+def parse_quarantine_id(text: str) -> tuple[str, str, int, int] | None:
+    """(ingest_date text, writer, seq, row), or None when `text` is not an id."""
+    if not _ID.match(text):
+        return None
+    day, writer, seq, row = text.split(".")
+    return day, writer, int(seq), int(row)
+
+
+@dataclass(frozen=True)
+class QuarantineRow:
+    """One quarantined row: its id, the values as sent (text), why, and when it came."""
+
+    id: str
+    values: dict[str, str | None]
+    reason: str
+    detail: str
+    source: str
+    ingested_at: datetime
+
+    def as_dict(self, released: bool = False) -> dict[str, Any]:
+        return {"id": self.id, **self.values, "reason": self.reason, "detail": self.detail,
+                "source": self.source, "ingested_at": format_instant(self.ingested_at),
+                "released": released}
+
+    @property
+    def identity(self) -> tuple[str | None, str | None]:
+        return self.values.get("match_id"), self.values.get("player_id")
+
+
+def _position(found: LandedFile) -> tuple[str, str, int]:
+    return found.ingest_date.isoformat(), found.writer, found.seq
+
+
+def _rows_of(found: LandedFile, table: pa.Table, rows: list[int]) -> Iterator[QuarantineRow]:
+    day, writer, seq = _position(found)
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    for row in rows:
+        yield QuarantineRow(
+            id=f"{day}.{writer}.{seq}.{row}",
+            values={name: columns[name][row] if name in columns else None
+                    for name in INPUT_FIELDS},
+            reason=columns["reason"][row], detail=columns["detail"][row],
+            source=columns["source"][row], ingested_at=to_utc(columns["ingested_at"][row]))
+
+
+def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | None = None,
+                    limit: int = 100, after: str | None = None
+                    ) -> tuple[list[QuarantineRow], str | None]:
+    """Up to `limit` rows (of `reason`, landed at or after `since`) past the row `after`
+    names, and the cursor of the next page (None: this is the last)."""
+    start = parse_quarantine_id(after) if after else None
+    since = None if since is None else to_utc(since)
+    found: list[QuarantineRow] = []
+    for landed in sorted(landed_files(lake, kind="quarantine"), key=_position):
+        position = _position(landed)
+        if since is not None and landed.ingest_date < since.date():
+            continue
+        if start is not None and position < start[:3]:
+            continue
+        table = pq.read_table(landed.path)
+        keep = pa.array([True] * table.num_rows)
+        if reason is not None:
+            keep = pc.and_(keep, pc.equal(table.column("reason"), reason))
+        if since is not None:
+            keep = pc.and_(keep, pc.greater_equal(
+                table.column("ingested_at"),
+                pa.scalar(since, table.schema.field("ingested_at").type)))
+        rows = [i for i, ok in enumerate(pc.fill_null(keep, False).to_pylist()) if ok]
+        if start is not None and position == start[:3]:
+            rows = [i for i in rows if i > start[3]]
+        for row in _rows_of(landed, table, rows):
+            if len(found) == limit:
+                return found, found[-1].id
+            found.append(row)
+    return found, None
+
+
+def find_rows(lake: Path, ids: list[str]) -> dict[str, QuarantineRow]:
+    """The rows the ids name (ids naming nothing are left out)."""
+    wanted: dict[tuple[str, str, int], dict[int, str]] = {}
+    for text in ids:
+        parsed = parse_quarantine_id(text)
+        if parsed is not None:
+            wanted.setdefault(parsed[:3], {})[parsed[3]] = text
+    found: dict[str, QuarantineRow] = {}
+    if not wanted:
+        return found
+    for landed in landed_files(lake, kind="quarantine"):
+        rows = wanted.get(_position(landed))
+        if not rows:
+            continue
+        table = pq.read_table(landed.path)
+        present = sorted(r for r in rows if r < table.num_rows)
+        for row in _rows_of(landed, table, present):
+            found[row.id] = row
+    return found
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release in the ledger: the rows it lands and the seq of its events file."""
+
+    seq: int
+    released_at: datetime
+    rows: tuple[tuple[str, str | None, str | None], ...]  # (id, match_id, player_id)
+
+
+def _ledger(lake: Path) -> Path:
+    return lake / _LEDGER
+
+
+def write_release(lake: Path, release: Release) -> None:
+    """Record a release durably, before its rows land (see the module docstring)."""
+    payload = {"seq": release.seq, "released_at": format_instant(release.released_at),
+               "rows": [{"id": i, "match_id": m, "player_id": p} for i, m, p in release.rows]}
+    atomic_write_bytes(_ledger(lake) / f"{release.seq:012d}.json",
+                       json.dumps(payload, indent=1).encode())
+
+
+def read_releases(lake: Path) -> list[Release]:
+    """Every release whose rows landed (its events file exists), oldest first."""
+    landed = {f.seq for f in landed_files(lake) if f.writer == RELEASE_WRITER}
+    found = []
+    folder = _ledger(lake)
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        raw = json.loads(path.read_text())
+        if raw["seq"] not in landed:
+            continue  # died before landing: not released
+        found.append(Release(
+            raw["seq"], to_utc(datetime.fromisoformat(raw["released_at"])),
+            tuple((r["id"], r["match_id"], r["player_id"]) for r in raw["rows"])))
+    return found
+
+
+def released_ids(lake: Path) -> dict[str, tuple[tuple[str | None, str | None], datetime]]:
+    """id -> (the identity it was released with, when), over every done release."""
+    return {row_id: ((match_id, player_id), release.released_at)
+            for release in read_releases(lake)
+            for row_id, match_id, player_id in release.rows}

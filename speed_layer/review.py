@@ -1,0 +1,183 @@
+"""Releasing quarantined rows: an operator's "this one is genuine", landed exactly once.
+
+A release takes rows by id (`leaderboard.quarantine`), validates them again as they were
+sent (a row whose reason still holds stays in the quarantine, answered with it), and lands
+the rest in one events file of the `release` writer, folded at once like any landing, so
+the batch and the speed layer each count it once. The quarantined rows stay where they are
+(the quarantine is immutable); the ledger marks them released.
+
+Once, whatever the timing:
+- one release at a time per lake: the `release` landing writer's lock (a file lock on the
+  shared lake, so it holds across workers and hosts mounting it);
+- the ledger entry is written before the rows land and counts only once its events file
+  exists (`leaderboard.quarantine.read_releases`): a second release of a row is a no-op
+  answered `already_released`, and a release that died before landing is simply redone;
+- rows held for rate (`implausible_rate`) kept their claim at the door, so a retry of them
+  never landed; they land without a new claim. Any other row passes the door like an
+  ingest: if the same event was accepted meanwhile (a corrected resend), it is a
+  `duplicate` and nothing lands.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import redis
+
+from leaderboard.lake import LandingWriter, WriterBusy
+from leaderboard.quarantine import (
+    RELEASE_WRITER,
+    QuarantineRow,
+    Release,
+    find_rows,
+    released_ids,
+    write_release,
+)
+from leaderboard.schema import INPUT_FIELDS
+from leaderboard.timeutil import format_instant
+from leaderboard.validation import validate_events
+from speed_layer.rate import IMPLAUSIBLE_RATE
+from speed_layer.service import SpeedLayer
+
+__all__ = ["RELEASE_STATUSES", "Outcome", "ReleaseBusy", "release_rows"]
+
+#: What a release answers per id.
+RELEASE_STATUSES = {
+    "released": "landed now: it counts on every board it belongs to",
+    "already_released": "an earlier release landed it; nothing more lands",
+    "duplicate": "the same event (match_id, player_id) already counts, or is earlier in "
+                 "this release; nothing lands",
+    "rejected": "it still fails validation (see reason); it stays in the quarantine",
+    "not_found": "no quarantined row has this id",
+}
+
+
+class ReleaseBusy(RuntimeError):
+    """Another release holds the lake's release writer."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a release did with one id."""
+
+    id: str
+    status: str
+    detail: str
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {"id": self.id, "status": self.status, "detail": self.detail}
+        if self.reason is not None:
+            answer["reason"] = self.reason
+        return answer
+
+
+def _open_writer(speed: SpeedLayer, wait: float) -> LandingWriter:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return LandingWriter(speed.lake, RELEASE_WRITER)
+        except WriterBusy:
+            if time.monotonic() >= deadline:
+                raise ReleaseBusy("another release is running on this lake; retry when it "
+                                  "is done") from None
+            time.sleep(0.05)
+
+
+def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
+                 wait: float = 10.0) -> tuple[list[Outcome], str | None]:
+    """Release the rows `ids` name, at `now`: (an outcome per distinct id, in the order
+    given; the fold's error when the rows landed but Redis failed while folding them, which
+    `speed repair` or the next ingest mends)."""
+    unique = list(dict.fromkeys(ids))
+    with _open_writer(speed, wait) as writer:
+        rows = find_rows(speed.lake, unique)
+        done = released_ids(speed.lake)
+        outcomes: dict[str, Outcome] = {}
+        todo: list[QuarantineRow] = []
+        for row_id in unique:
+            row = rows.get(row_id)
+            if row is None:
+                outcomes[row_id] = Outcome(row_id, "not_found",
+                                           f"no quarantined row {row_id}: list them with "
+                                           "`leaderboard quarantine list`")
+            elif row_id in done and done[row_id][0] == row.identity:
+                outcomes[row_id] = Outcome(row_id, "already_released",
+                                           f"released at {format_instant(done[row_id][1])}; "
+                                           "nothing more lands")
+            else:
+                todo.append(row)
+        fold_error = _land(speed, writer, todo, now, outcomes) if todo else None
+    return [outcomes[i] for i in unique], fold_error
+
+
+def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], now: datetime,
+          outcomes: dict[str, Outcome]) -> str | None:
+    table = pa.table({name: pa.array([r.values[name] for r in todo], pa.string())
+                      for name in INPUT_FIELDS})
+    validated = validate_events(table, speed.registry, now=now, ingested_at=now,
+                                source=f"release:{RELEASE_WRITER}")
+    failed = set(validated.rejected_rows.tolist())
+    for k, reason, detail in zip(validated.rejected_rows.tolist(),
+                                 validated.rejected.column("reason").to_pylist(),
+                                 validated.rejected.column("detail").to_pylist(), strict=True):
+        outcomes[todo[k].id] = Outcome(todo[k].id, "rejected",
+                                       f"{detail}; it stays in the quarantine", reason)
+    # validate_events keeps the first of equal identities, in order: the same walk here.
+    passed: list[QuarantineRow] = []
+    first: dict[tuple[str | None, str | None], str] = {}
+    for k, row in enumerate(todo):
+        if k in failed:
+            continue
+        if row.identity in first:
+            outcomes[row.id] = Outcome(row.id, "duplicate",
+                                       f"the same event as {first[row.identity]} in this "
+                                       "release; nothing more lands")
+            continue
+        first[row.identity] = row.id
+        passed.append(row)
+    accepted = validated.accepted
+    assert accepted.num_rows == len(passed)
+    held = np.array([r.reason == IMPLAUSIBLE_RATE for r in passed], dtype=bool)
+    others = accepted.filter(pa.array(~held))
+    kept, _, claim = speed.claim(others, now, RELEASE_WRITER, writer.next_seq)
+    claimed = set(zip(kept.column("match_id").to_pylist(), kept.column("player_id").to_pylist(),
+                      strict=True))
+    landing: list[QuarantineRow] = []
+    for row, is_held in zip(passed, held.tolist(), strict=True):
+        if is_held or row.identity in claimed:
+            landing.append(row)
+        else:
+            outcomes[row.id] = Outcome(row.id, "duplicate",
+                                       "this event already counts (accepted within the "
+                                       "idempotency horizon); nothing more lands")
+    if not landing:
+        return None
+    to_land = pa.concat_tables([accepted.filter(pa.array(held)), kept])
+    write_release(speed.lake, Release(writer.next_seq, now, tuple(
+        (r.id, r.identity[0], r.identity[1]) for r in landing)))
+    prev = writer.last_event_seq
+    try:
+        files = writer.land(to_land, now)
+    except BaseException:
+        if claim.groups:
+            with suppress(redis.RedisError):  # else the writer's next claim recovers it
+                speed.recover_claims(RELEASE_WRITER)
+        raise
+    with suppress(redis.RedisError):  # else the writer's next claim recovers it
+        claim.settle()
+    for row in landing:
+        outcomes[row.id] = Outcome(row.id, "released",
+                                   "landed now: it counts on every board it belongs to")
+    try:
+        speed.after_land(files, to_land, now, remember=True, prev=prev)
+    except redis.RedisError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -1,0 +1,59 @@
+"""The quarantine for review: stable row ids, filters, pages that resume where they ended."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+
+from leaderboard.lake import LandingWriter
+from leaderboard.quarantine import find_rows, list_quarantine, parse_quarantine_id
+from leaderboard.schema import INPUT_FIELDS, QUARANTINE_SCHEMA
+
+DAY1 = datetime(2026, 12, 1, 9, tzinfo=UTC)
+DAY2 = datetime(2026, 12, 2, 9, tzinfo=UTC)
+
+
+def _rows(reasons: list[str], tag: str) -> pa.Table:
+    n = len(reasons)
+    columns = {name: pa.array([f"{tag}{i}" if name == "match_id" else "x"
+                               for i in range(n)], pa.string()) for name in INPUT_FIELDS}
+    return pa.table({**columns, "reason": reasons, "detail": ["why"] * n,
+                     "source": ["test"] * n},
+                    schema=QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index(
+                        "ingested_at")))
+
+
+def test_ids_filters_and_pages(lake):
+    with LandingWriter(lake, "b") as b, LandingWriter(lake, "a") as a:
+        b.quarantine(_rows(["too_late", "implausible_rate"], "b"), DAY1)
+        a.quarantine(_rows(["implausible_rate"] * 3, "a"), DAY1 + timedelta(hours=1))
+        a.quarantine(_rows(["unknown_region"], "c"), DAY2)
+    every, cursor = list_quarantine(lake)
+    assert cursor is None
+    # By (ingest_date, writer, seq, row): ids name the file and the row.
+    assert [r.id for r in every] == ["2026-12-01.a.0.0", "2026-12-01.a.0.1",
+                                     "2026-12-01.a.0.2", "2026-12-01.b.0.0",
+                                     "2026-12-01.b.0.1", "2026-12-02.a.1.0"]
+    assert [r.values["match_id"] for r in every] == ["a0", "a1", "a2", "b0", "b1", "c0"]
+    assert every[0].as_dict()["ingested_at"] == "2026-12-01T10:00:00Z"
+    # Pages of two, by reason, resume after the cursor and end with None.
+    pages, after = [], None
+    while True:
+        page, after = list_quarantine(lake, reason="implausible_rate", limit=2, after=after)
+        pages.append([r.id for r in page])
+        if after is None:
+            break
+    assert pages == [["2026-12-01.a.0.0", "2026-12-01.a.0.1"],
+                     ["2026-12-01.a.0.2", "2026-12-01.b.0.1"]]
+    since, _ = list_quarantine(lake, since=DAY1 + timedelta(minutes=30))
+    assert [r.id for r in since] == ["2026-12-01.a.0.0", "2026-12-01.a.0.1",
+                                     "2026-12-01.a.0.2", "2026-12-02.a.1.0"]
+    # A cursor is a position: one the API did not hand out still resumes after it.
+    tail, _ = list_quarantine(lake, after="2026-12-01.zz.0.0")
+    assert [r.id for r in tail] == ["2026-12-02.a.1.0"]
+    found = find_rows(lake, ["2026-12-01.b.0.1", "2026-12-01.b.0.9", "nonsense"])
+    assert list(found) == ["2026-12-01.b.0.1"]
+    assert found["2026-12-01.b.0.1"].reason == "implausible_rate"
+    assert parse_quarantine_id("2026-12-01.b.0.1") == ("2026-12-01", "b", 0, 1)
+    assert parse_quarantine_id("2026-12-01.b.0") is None

@@ -1,0 +1,148 @@
+"""Releasing quarantined rows (issue 12 part 5): validated again, landed once, counted
+once by the speed layer and the batch; a second release is a no-op that says so."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.batch import run_batch
+from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.quarantine import list_quarantine
+from leaderboard.registry import load_registry
+from leaderboard.schema import TIMESTAMP
+from leaderboard.settings import Settings
+from serving.service import Leaderboards
+from speed_layer.ingest import Ingestor, IngestReport
+from speed_layer.review import release_rows
+from speed_layer.service import SpeedLayer
+
+pytestmark = pytest.mark.redis
+
+NOW = datetime(2026, 12, 1, 12, 0, 10, tzinfo=UTC)
+PLAYED = datetime(2026, 12, 1, 11, tzinfo=UTC)
+LATER = NOW + timedelta(hours=1)
+
+
+def _registry_file(tmp_path: Path, limit: int, regions: str = '"na", "eu", "sa", "asia"'
+                   ) -> Path:
+    text = (resources.files("leaderboard") / "registries" / "default.toml").read_text()
+    text = text.replace("# player_events_per_minute = 120", f"player_events_per_minute = {limit}")
+    text = text.replace('regions = ["na", "eu", "sa", "asia"]', f"regions = [{regions}]")
+    path = tmp_path / f"registry-{limit}-{len(regions)}.toml"
+    path.write_text(text)
+    return path
+
+
+def _settings(tmp_path: Path, limit: int = 2) -> Settings:
+    return Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "data"),
+                              "LEADERBOARD_CONFIG": str(_registry_file(tmp_path, limit))})
+
+
+def _ingest(settings: Settings, speed: SpeedLayer, rows: list[tuple[str, str, int, str]],
+            now: datetime = NOW) -> IngestReport:
+    table = pa.table({
+        "match_id": [r[0] for r in rows], "player_id": [r[1] for r in rows],
+        "points": pa.array([r[2] for r in rows], pa.int64()),
+        "event_time": pa.array([PLAYED] * len(rows), TIMESTAMP),
+        "region": [r[3] for r in rows], "mode": ["ranked"] * len(rows),
+        "server_id": ["s1"] * len(rows)})
+    with LandingWriter(settings.lake_dir, "w") as writer:
+        return Ingestor(speed.registry, writer, speed).ingest(table, now=now, source="test")
+
+
+def _top(settings: Settings, client: Any) -> list[tuple[str, int]]:
+    boards = Leaderboards(settings.lake_dir, settings.registry, client,
+                          now=lambda: NOW + timedelta(days=1))
+    return [(e["player_id"], e["score"])
+            for e in boards.top("global", 10, window="all-time")["entries"]]
+
+
+def _events(lake: Path) -> list[tuple[str, str]]:
+    return sorted((r["match_id"], r["player_id"]) for f in landed_files(lake)
+                  for r in pq.read_table(f.path, columns=["match_id", "player_id"]).to_pylist())
+
+
+def test_a_held_event_is_released_once_and_counted_once_everywhere(tmp_path, redis_client):
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m1", "alice", 5, "na"), ("m2", "alice", 5, "na"),
+                              ("m3", "alice", 40, "na"), ("m1", "bob", 20, "na"),
+                              ("m9", "carol", 1, "moon")])
+    assert _top(settings, redis_client) == [("bob", 20), ("alice", 10)]
+    rows, cursor = list_quarantine(settings.lake_dir, reason="implausible_rate")
+    assert cursor is None
+    assert [(r.values["match_id"], r.reason) for r in rows] == [("m3", "implausible_rate")]
+    held = rows[0].id
+
+    outcomes, fold_error = release_rows(speed, [held, held, "2026-12-01.w.999.0"], LATER)
+    assert fold_error is None
+    assert [(o.id, o.status) for o in outcomes] == [(held, "released"),
+                                                    ("2026-12-01.w.999.0", "not_found")]
+    assert _top(settings, redis_client) == [("alice", 50), ("bob", 20)]
+    # Again: a no-op that says so; the client's own retry of the event is a retry.
+    again, _ = release_rows(speed, [held], LATER)
+    assert [(o.status, o.detail) for o in again] == [
+        ("already_released", "released at 2026-12-01T13:00:10Z; nothing more lands")]
+    retry = _ingest(settings, speed, [("m3", "alice", 40, "na")], LATER + timedelta(minutes=5))
+    assert (retry.accepted, retry.retries) == (0, 1)
+    assert _events(settings.lake_dir).count(("m3", "alice")) == 1
+    listed, _ = list_quarantine(settings.lake_dir)
+    assert [r.values["match_id"] for r in listed] == ["m3", "m9"]  # the quarantine keeps both
+    # The batch of everything agrees with the merged answers.
+    speed.rebase(run_batch(settings, date(2026, 12, 1)).manifest)
+    assert _top(settings, redis_client) == [("alice", 50), ("bob", 20)]
+
+
+def test_a_row_that_still_fails_validation_stays(tmp_path, redis_client):
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m9", "carol", 1, "moon")])
+    [row], _ = list_quarantine(settings.lake_dir)
+    [outcome], _ = release_rows(speed, [row.id], LATER)
+    assert (outcome.status, outcome.reason) == ("rejected", "unknown_region")
+    assert "it stays in the quarantine" in outcome.detail
+    assert _events(settings.lake_dir) == []
+
+
+def test_a_corrected_resend_makes_the_release_a_duplicate(tmp_path, redis_client):
+    """A row quarantined for an unknown region; the game resent the event corrected (same
+    identity, accepted); then the region joins the registry. Releasing the old row would
+    count the match twice: the door says it already counts."""
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m9", "carol", 1, "oc")])
+    _ingest(settings, speed, [("m9", "carol", 1, "na")], NOW + timedelta(minutes=2))
+    wider = load_registry(_registry_file(tmp_path, 2, '"na", "eu", "sa", "asia", "oc"'))
+    [row], _ = list_quarantine(settings.lake_dir)
+    [outcome], _ = release_rows(SpeedLayer(redis_client, wider, settings.lake_dir), [row.id],
+                                LATER)
+    assert outcome.status == "duplicate"
+    assert _events(settings.lake_dir) == [("m9", "carol")]
+
+
+def test_a_release_that_died_before_landing_is_done_by_the_next(tmp_path, redis_client,
+                                                                 monkeypatch):
+    settings = _settings(tmp_path, limit=1)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m1", "dan", 1, "na"), ("m2", "dan", 2, "na")])
+    [row], _ = list_quarantine(settings.lake_dir)
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(LandingWriter, "land", fail)
+    with pytest.raises(OSError, match="disk full"):
+        release_rows(speed, [row.id], LATER)
+    monkeypatch.undo()
+    assert list_quarantine(settings.lake_dir)[0][0].id == row.id
+    [outcome], _ = release_rows(speed, [row.id], LATER)
+    assert outcome.status == "released"
+    assert _events(settings.lake_dir) == [("m1", "dan"), ("m2", "dan")]
+    assert _top(settings, redis_client) == [("dan", 3)]
