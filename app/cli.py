@@ -329,7 +329,11 @@ def _cmd_speed(args: argparse.Namespace) -> int:
     if args.action == "rebuild":
         with err.status("rebuilding the speed state from the lake"):
             folded = speed.rebuild(settings.now())
-        out.print(f"rebuilt {speed.current().version or 'no batch yet'}: folded {folded} file(s)")
+        version = speed.current().version
+        if args.json:
+            print(json.dumps({"action": "rebuild", "version": version, "folded_files": folded}))
+        else:
+            out.print(f"rebuilt {version or 'no batch yet'}: folded {folded} file(s)")
         return 0
     if args.action == "rebase":
         from leaderboard.manifest import read_current
@@ -337,10 +341,17 @@ def _cmd_speed(args: argparse.Namespace) -> int:
         manifest = read_current(settings.lake_dir)
         if manifest is None:
             raise UsageError("no batch version is published yet; run `leaderboard batch`")
-        out.print(f"speed layer on {speed.rebase(manifest).version}")
+        version = speed.rebase(manifest).version
+        if args.json:
+            print(json.dumps({"action": "rebase", "version": version}))
+        else:
+            out.print(f"speed layer on {version}")
         return 0
     folded = _repair(speed, settings)
-    out.print(f"folded {folded} pending file(s)")
+    if args.json:
+        print(json.dumps({"action": "repair", "folded_files": folded}))
+    else:
+        out.print(f"folded {folded} pending file(s)")
     return 0
 
 
@@ -660,7 +671,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def add(name: str, handler: Callable[[argparse.Namespace], int], text: str
             ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=text, description=text, parents=[common])
+        # argparse %-formats a help string (not a description): a literal % is doubled.
+        sub = commands.add_parser(name, help=text.replace("%", "%%"), description=text,
+                                  parents=[common])
         sub.set_defaults(handler=handler)
         return sub
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from leaderboard.lake import landed_files
@@ -29,6 +30,7 @@ from leaderboard.settings import Settings
 __all__ = [
     "BANNED",
     "BANS_GENERATION",
+    "CLUSTER_SCHEMES",
     "COMMAND_TIMEOUT",
     "CONNECT_TIMEOUT",
     "CURRENT",
@@ -182,13 +184,25 @@ COMMAND_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 5.0
 
 
+#: REDIS_URL schemes that name a Redis Cluster (any one node: the client finds the rest), and
+#: the plain scheme each stands for.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
 def connect(settings: Settings, *, timeout: float = COMMAND_TIMEOUT,
             connect_timeout: float = CONNECT_TIMEOUT, retry: Retry | None = None) -> redis.Redis:
     """The one way every layer builds its Redis client: REDIS_URL, or the local server kept
     under the data dir (started on first use, followed to another port if it is restarted
     there). RESP2 pinned (the layers depend on reply shapes), bytes replies, and timeouts
     always, so a Redis that stops answering fails the caller instead of hanging it. `retry`:
-    redis-py's default unless given (the HTTP app retries once, without backoff)."""
+    redis-py's default unless given (the HTTP app retries once, without backoff).
+
+    `redis+cluster://host:port` (or `rediss+cluster://`) is a Redis Cluster: redis-py's
+    cluster client, which routes each command by its key's slot. Every script and MULTI of
+    the layers keeps its keys in one slot (hash tags, see the module docstring), and the
+    multi-node commands they use (SCAN, SCRIPT LOAD, multi-key DEL) are fanned out by the
+    client. It is typed as `redis.Redis` on purpose: it answers the same commands the layers
+    send, and one client type keeps every signature of the layers unchanged."""
     options: dict[str, Any] = {"protocol": 2, "decode_responses": False,
                                "socket_timeout": timeout,
                                "socket_connect_timeout": connect_timeout}
@@ -198,6 +212,10 @@ def connect(settings: Settings, *, timeout: float = COMMAND_TIMEOUT,
         from leaderboard.redis_server import local_server_client
 
         return local_server_client(settings.data_dir, **options)
+    scheme, sep, rest = settings.redis_url.partition("://")
+    if sep and scheme.lower() in CLUSTER_SCHEMES:
+        url = f"{CLUSTER_SCHEMES[scheme.lower()]}://{rest}"
+        return RedisCluster.from_url(url, **options)  # type: ignore[return-value]
     return redis.Redis.from_url(settings.redis_url, **options)
 
 

@@ -412,7 +412,10 @@ class SpeedLayer:
             pipe.zrem(keys.touched, player)
             pipe.hdel(keys.last_marks, player)
             for call in calls.get((board, window_id), []):
-                pipe.evalsha(sha, len(call.keys.all()), *call.keys.all(), *call.args)
+                # execute_command, not .evalsha(): redis-py's cluster pipeline blocks the
+                # method (the keys share one hash tag, so the MULTI stays in one slot).
+                pipe.execute_command(  # type: ignore[no-untyped-call]
+                    "EVALSHA", sha, len(call.keys.all()), *call.keys.all(), *call.args)
             pipe.execute()
         if only is None:
             self.client.srem(bans_key(version.tag), player)

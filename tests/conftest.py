@@ -187,3 +187,95 @@ def redis_client(redis_server: Any) -> Any:
     yield client
     client.flushall()
     client.close()
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    import time
+
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (redis.exceptions.ConnectionError, redis.exceptions.ResponseError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"Redis Cluster: {what} within {timeout} s")
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Any:
+    """A real three-primary Redis Cluster on free ports (no replicas, no persistence): slots
+    split in thirds with CLUSTER ADDSLOTSRANGE, nodes joined with CLUSTER MEET. Yields
+    (client: a RedisCluster, url: its `redis+cluster://` REDIS_URL, nodes: a plain client
+    per node, for FLUSHALL and per-node checks)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.retry import Retry
+
+    from leaderboard.redis_server import find_server_binary, free_port
+
+    host, slots = "127.0.0.1", 16384
+    binary = find_server_binary()
+    ports = [free_port() for _ in range(3)]
+    # The cluster bus defaults to port + 10000, which may be taken or past 65535: pick it.
+    bus_ports = [free_port() for _ in range(3)]
+    processes: list[subprocess.Popen[bytes]] = []
+    nodes: list[redis.Redis] = []
+    client = None
+    try:
+        for port, bus_port in zip(ports, bus_ports, strict=True):
+            node_dir = tmp_path / f"cluster-node-{port}"
+            node_dir.mkdir()
+            processes.append(subprocess.Popen(
+                [binary, "--port", str(port), "--bind", host, "--dir", str(node_dir),
+                 "--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
+                 "--cluster-config-file", f"nodes-{port}.conf",
+                 "--cluster-port", str(bus_port), "--cluster-node-timeout", "5000",
+                 "--logfile", str(node_dir / "log")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            node = redis.Redis(host=host, port=port, protocol=2, retry=Retry(NoBackoff(), 0))
+            nodes.append(node)
+            process = processes[-1]
+
+            def up(node: redis.Redis = node, process: subprocess.Popen[bytes] = process,
+                   log: Path = node_dir / "log") -> bool:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{binary} exited: {log.read_text()[-2000:]}")
+                return bool(node.ping())
+
+            _wait_for(up, f"node {port} answers PING")
+        bounds = [0, slots // 3, 2 * slots // 3, slots]
+        for number, node in enumerate(nodes):
+            node.execute_command("CLUSTER ADDSLOTSRANGE", bounds[number], bounds[number + 1] - 1)
+        for port, bus_port in zip(ports[1:], bus_ports[1:], strict=True):
+            nodes[0].execute_command("CLUSTER MEET", host, port, bus_port)
+
+        def ready() -> bool:
+            infos = [n.cluster("INFO") for n in nodes]
+            return all(i["cluster_state"] == "ok" and int(i["cluster_known_nodes"]) == 3
+                       for i in infos)
+
+        _wait_for(ready, "all three nodes agree the cluster is ok")
+        client = RedisCluster(host=host, port=ports[0], protocol=2)
+        yield SimpleNamespace(client=client, url=f"redis+cluster://{host}:{ports[0]}",
+                              nodes=nodes)
+    finally:
+        if client is not None:
+            client.close()
+        for node in nodes:
+            node.close()
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

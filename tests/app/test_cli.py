@@ -366,3 +366,12 @@ def test_lake_sweep_removes_what_a_dead_run_left(data, tmp_path, capsys):
     assert report == {"files": 1, "bytes": 11, "runs": ["2026-12-01.20261201T000000.dead00"]}
     assert not dead.parent.exists()
     assert main(["top", "global"]) == 0  # the live version is whole
+
+
+def test_help_lists_every_command(capsys):
+    """`leaderboard --help` formats each command's help (a bare `%` in one used to crash
+    argparse's formatting with a TypeError)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "percentiles" in capsys.readouterr().out

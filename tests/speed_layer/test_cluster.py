@@ -8,11 +8,9 @@ equal a single-node run of the same stream, and the reference standings.
 
 from __future__ import annotations
 
-import subprocess
-import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,12 +18,9 @@ import pytest
 import redis
 from lakes import EXOTIC, day, land, random_stream, registry_from
 from oracle import reference_standings
-from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
-from redis.retry import Retry
 
 from leaderboard.lake import LandingWriter, landed_files
-from leaderboard.redis_server import find_server_binary, free_port
 from leaderboard.registry import Registry, load_registry
 from leaderboard.schema import TIMESTAMP
 from leaderboard.speed_keys import SpeedVersion
@@ -39,8 +34,6 @@ START = day("2026-11-28")
 #: EXOTIC plus a `sum` board ranked ascending (the fold's ZINCRBY path with a negative sign).
 MIXED = {**EXOTIC, "boards": [*EXOTIC["boards"],
                               {"scope": "global", "name": "fewest", "order": "asc"}]}
-_SLOTS = 16384
-_HOST = "127.0.0.1"
 
 
 def merged(client: redis.Redis | RedisCluster, tag: str) -> dict[tuple[str, str], dict[str, int]]:
@@ -73,80 +66,10 @@ def batches(events: list[dict]) -> list[tuple]:
         "server_id": ["s1"] * len(rows)})) for slot, rows in sorted(slots.items())]
 
 
-def _wait(check, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (redis.exceptions.ConnectionError, redis.exceptions.ResponseError):
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"Redis Cluster: {what} within {timeout} s")
-
-
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[RedisCluster]:
-    """Three primaries on free ports, no replicas, no persistence; slots split in thirds
-    with CLUSTER ADDSLOTSRANGE and the nodes joined with CLUSTER MEET."""
-    binary = find_server_binary()
-    ports = [free_port() for _ in range(3)]
-    # The cluster bus defaults to port + 10000, which may be taken or past 65535: pick it.
-    bus_ports = [free_port() for _ in range(3)]
-    processes: list[subprocess.Popen[bytes]] = []
-    nodes: list[redis.Redis] = []
-    client = None
-    try:
-        for port, bus_port in zip(ports, bus_ports, strict=True):
-            node_dir = tmp_path / f"node-{port}"
-            node_dir.mkdir()
-            processes.append(subprocess.Popen(
-                [binary, "--port", str(port), "--bind", _HOST, "--dir", str(node_dir),
-                 "--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
-                 "--cluster-config-file", f"nodes-{port}.conf",
-                 "--cluster-port", str(bus_port), "--cluster-node-timeout", "5000",
-                 "--logfile", str(node_dir / "log")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            node = redis.Redis(host=_HOST, port=port, protocol=2,
-                               retry=Retry(NoBackoff(), 0))
-            nodes.append(node)
-            process = processes[-1]
-
-            def up(node: redis.Redis = node, process: subprocess.Popen[bytes] = process,
-                   log: Path = node_dir / "log") -> bool:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{binary} exited: {log.read_text()[-2000:]}")
-                return bool(node.ping())
-
-            _wait(up, f"node {port} answers PING")
-        bounds = [0, _SLOTS // 3, 2 * _SLOTS // 3, _SLOTS]
-        for number, node in enumerate(nodes):
-            node.execute_command("CLUSTER ADDSLOTSRANGE", bounds[number],
-                                 bounds[number + 1] - 1)
-        for port, bus_port in zip(ports[1:], bus_ports[1:], strict=True):
-            nodes[0].execute_command("CLUSTER MEET", _HOST, port, bus_port)
-
-        def ready() -> bool:
-            infos = [n.cluster("INFO") for n in nodes]
-            return all(i["cluster_state"] == "ok" and int(i["cluster_known_nodes"]) == 3
-                       for i in infos)
-
-        _wait(ready, "all three nodes agree the cluster is ok")
-        client = RedisCluster(host=_HOST, port=ports[0], protocol=2)
-        yield client
-    finally:
-        if client is not None:
-            client.close()
-        for node in nodes:
-            node.close()
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+def cluster(redis_cluster: Any) -> RedisCluster:
+    """The cluster client of tests/conftest.py's three-node cluster."""
+    return redis_cluster.client
 
 
 def _nodes_holding(client: RedisCluster, pattern: str) -> set[str]:
@@ -202,3 +125,20 @@ def test_ingest_with_the_door_on_a_cluster(cluster, redis_client, tmp_path):
         assert used > 0
     assert runs["cluster"] == runs["single"]
     assert len(_nodes_holding(cluster, "lb:ids:*")) > 1
+
+
+def test_ban_and_unban_on_a_cluster_restore_exactly(cluster, tmp_path):
+    """An unban replays the player's folded rows in one MULTI per board-window: on a cluster
+    that MULTI holds EVALSHA calls (redis-py's cluster pipeline refused `.evalsha`)."""
+    registry = load_registry()
+    lake = tmp_path / "lake"
+    speed = SpeedLayer(cluster, registry, lake)
+    land(lake, registry, random_stream(33, start=START, duplicate_share=0.0), speed=speed)
+    version = speed.current()
+    before = merged(cluster, version.tag)
+    player = max(before[("global", "all-time")].items(), key=lambda item: item[1])[0]
+    at = START + timedelta(days=5)
+    assert speed.ban(player, at) > 0
+    assert all(player not in board for board in merged(cluster, version.tag).values())
+    assert speed.unban(player, at + timedelta(minutes=1)) > 0
+    assert merged(cluster, version.tag) == before
