@@ -735,6 +735,10 @@ def _parser() -> argparse.ArgumentParser:
     lake.add_argument("action", choices=["rebind", "sweep"])
     lake.add_argument("--json", action="store_true")
 
+    from app.review import add_quarantine_command
+
+    add_quarantine_command(add)  # leaderboard quarantine list|release
+
     rep = add("report", _cmd_report, "Chart a board-window's score distribution as a PNG.")
     rep.add_argument("board")
     rep.add_argument("--window", default="all-time",

@@ -36,6 +36,7 @@ _MEANINGS = {
          "this API did not return, a window kind the history route does not take)",
     401: "no credential", 403: "a wrong credential, or none is configured",
     404: "no such board, window or route", 405: "the route does not take that method",
+    409: "the action conflicts with one in progress: retry when it is done",
     413: "the body or the batch is too large", 422: "a parameter or body breaks the schema",
     429: "over the server's rate limit: the request was refused whole; retry after "
          "Retry-After seconds",

@@ -2,8 +2,8 @@
 (admin, ops). Each gets the app's `Service` by dependency (`app.http.service.ServiceDep`);
 `app.http.create_app` includes them."""
 
-from app.http.routers import admin, ingest, ops, reads
+from app.http.routers import admin, ingest, ops, quarantine, reads
 
 __all__ = ["ROUTERS"]
 
-ROUTERS = (ingest.router, reads.router, admin.router, ops.router)
+ROUTERS = (ingest.router, reads.router, admin.router, quarantine.router, ops.router)

@@ -1,0 +1,89 @@
+"""The admin quarantine routes (issue 12 part 5): a held batch answered per row, listed by
+reason with paging, released once over HTTP, and the released event on the board."""
+
+from __future__ import annotations
+
+import warnings
+from importlib import resources
+
+import pytest
+
+from app.http import ApiKeys, HttpConfig, create_app
+from leaderboard.settings import Settings
+
+with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is installed
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.redis
+
+NOW = "2026-12-01T18:00:10Z"
+KEY = "server-key-0123456789abcdef"
+ADMIN = "admin-key-0123456789abcdef"
+
+
+def _event(match: str, player: str, points: int) -> dict[str, object]:
+    return {"match_id": match, "player_id": player, "points": points,
+            "event_time": "2026-12-01T17:00:00Z", "region": "na", "mode": "ranked"}
+
+
+@pytest.fixture
+def http(tmp_path, redis_client):
+    text = (resources.files("leaderboard") / "registries" / "default.toml").read_text()
+    (tmp_path / "registry.toml").write_text(
+        text.replace("# player_events_per_minute = 120", "player_events_per_minute = 2"))
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "data"),
+                                  "LEADERBOARD_NOW": NOW,
+                                  "LEADERBOARD_CONFIG": str(tmp_path / "registry.toml")})
+    keys = ApiKeys.parse({"servers": {"s1": KEY}, "admin_key": ADMIN})
+    with TestClient(create_app(settings, HttpConfig(keys=keys), client=redis_client)) as client:
+        yield client
+
+
+def test_hold_list_page_and_release_once(http):
+    posted = http.post("/v1/events", headers={"X-API-Key": KEY}, json={"events": [
+        _event("m1", "alice", 5), _event("m2", "alice", 5), _event("m3", "alice", 40),
+        _event("m4", "alice", 1), _event("m1", "bob", 7)]})
+    assert posted.status_code == 207, posted.text
+    assert [(r["row"], r["reason"]) for r in posted.json()["rejected"]] == [
+        (2, "implausible_rate"), (3, "implausible_rate")]
+
+    assert http.get("/v1/admin/quarantine").status_code == 401
+    assert http.get("/v1/admin/quarantine", headers={"X-Admin-Key": KEY}).status_code == 403
+    admin = {"X-Admin-Key": ADMIN}
+    first = http.get("/v1/admin/quarantine", headers=admin,
+                     params={"reason": "implausible_rate", "limit": 1}).json()
+    assert first["count"] == 1
+    assert first["rows"][0]["match_id"] == "m3"
+    assert first["rows"][0]["released"] is False
+    assert first["next_cursor"] == first["rows"][0]["id"]
+    second = http.get("/v1/admin/quarantine", headers=admin,
+                      params={"limit": 1, "cursor": first["next_cursor"]}).json()
+    assert [r["match_id"] for r in second["rows"]] == ["m4"]
+    assert second["next_cursor"] is None  # the last page says so; no empty page after it
+    assert http.get("/v1/admin/quarantine", headers=admin,
+                    params={"since": "2026-12-02"}).json()["rows"] == []
+    bad = http.get("/v1/admin/quarantine", headers=admin, params={"reason": "bogus"})
+    assert bad.status_code == 422
+    assert set(bad.json()) >= {"error", "message"}
+
+    held = first["rows"][0]["id"]
+    assert http.post("/v1/admin/quarantine/release", json={"ids": [held]}).status_code == 401
+    done = http.post("/v1/admin/quarantine/release", headers=admin, json={"ids": [held]})
+    assert done.status_code == 200, done.text
+    assert done.json() == {"released": 1, "results": [{
+        "id": held, "status": "released",
+        "detail": "landed now: it counts on every board it belongs to"}]}
+    top = http.get("/v1/boards/global/top", params={"n": 2}).json()["entries"]
+    assert [(e["player_id"], e["score"]) for e in top] == [("alice", 50), ("bob", 7)]
+    again = http.post("/v1/admin/quarantine/release", headers=admin, json={"ids": [held]})
+    assert again.status_code == 200
+    assert again.json()["released"] == 0
+    assert again.json()["results"][0]["status"] == "already_released"
+    listed = http.get("/v1/admin/quarantine", headers=admin).json()["rows"]
+    assert [(r["match_id"], r["released"]) for r in listed] == [("m3", True), ("m4", False)]
+    top = http.get("/v1/boards/global/top", params={"n": 2}).json()["entries"]
+    assert [(e["player_id"], e["score"]) for e in top] == [("alice", 50), ("bob", 7)]
+    malformed = http.post("/v1/admin/quarantine/release", headers=admin,
+                          json={"ids": ["not-an-id"]})
+    assert malformed.status_code == 422

@@ -1,0 +1,51 @@
+"""`leaderboard quarantine list|release`: tables for people, --json for scripts."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from app.cli import main
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def data(tmp_path, monkeypatch, redis_server, redis_client):
+    text = (resources.files("leaderboard") / "registries" / "default.toml").read_text()
+    (tmp_path / "registry.toml").write_text(
+        text.replace("# player_events_per_minute = 120", "player_events_per_minute = 1"))
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    monkeypatch.setenv("LEADERBOARD_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("LEADERBOARD_NOW", "2026-12-01T18:00:00Z")
+    monkeypatch.setenv("LEADERBOARD_CONFIG", str(tmp_path / "registry.toml"))
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(
+        {"match_id": f"m{n}", "player_id": "zoe", "points": n, "event_time":
+         "2026-12-01T17:00:00Z", "region": "eu", "mode": "casual"}) + "\n" for n in (1, 2)))
+    assert main(["ingest", str(events)]) == 0
+    return tmp_path / "data"
+
+
+def test_list_and_release(data, capsys):
+    capsys.readouterr()
+    assert main(["quarantine", "list", "--reason", "implausible_rate", "--json"]) == 0
+    page = json.loads(capsys.readouterr().out)
+    [row] = page["rows"]
+    assert (row["match_id"], row["reason"], row["released"]) == ("m2", "implausible_rate",
+                                                                 False)
+    assert main(["quarantine", "list"]) == 0
+    table = capsys.readouterr().out
+    assert row["id"] in table
+    assert "implausible_rate" in table
+    assert main(["quarantine", "release", row["id"], "2026-12-01.cli.9.9", "--json"]) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in answer["results"]] == ["released", "not_found"]
+    assert main(["quarantine", "release", row["id"]]) == 0
+    assert "already_released" in capsys.readouterr().out
+    assert main(["rank", "global", "zoe", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == 3
+    assert main(["quarantine", "release"]) == 2
+    assert "needs the ids" in capsys.readouterr().err
