@@ -180,6 +180,12 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
                           or total.reasons.get("unknown_region")):
         err.print("hint: rows name regions/modes the registry does not have; for the "
                   "football results use --config football")
+    if total.in_flight:
+        err.print(f"[yellow]retry:[/yellow] {total.in_flight:,} row(s) were not landed: "
+                  f"writer(s) {', '.join(total.in_flight_writers)} are landing the same ids "
+                  "right now; run the same ingest again shortly (rows already landed count as "
+                  "retries then)")
+        return 75  # EX_TEMPFAIL: try again later
     return 1 if failures else 0
 
 

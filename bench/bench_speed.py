@@ -22,7 +22,8 @@ Starts one local Redis itself (EmbeddedRedis, no persistence) and prints, in one
    sampled player per batch).
 4. memory: Redis bytes per touched player-board-window (MEMORY USAGE of the M/T/C/L keys of
    the fold run over their cardinality) and bytes per id of the door's record after
-   remembering --door-ids ids, with the default 16384 buckets and with ~ids/96 buckets.
+   claiming and settling --door-ids ids (and per id in flight), with the default 16384
+   buckets and with ~ids/96 buckets.
 
 Figures only, no assertions. Times are wall seconds on a possibly shared machine: compare the
 ratios to the same-run baselines, not the absolute figures.
@@ -400,9 +401,8 @@ def visibility(client: redis.Redis, registry: Registry, data: Path, rate: int,
     pool, landing_us = _live_pool(rate, args.duration, args.players, args.seed, registry)
     speed = SpeedLayer(client, registry, lake)
     timer = _Timer()
-    speed.door.seen = timer.wrap("door check", speed.door.seen)  # type: ignore[method-assign]
-    speed.door.remember = timer.wrap("door remember",  # type: ignore[method-assign]
-                                     speed.door.remember)
+    speed.door.claim = timer.wrap("door claim", speed.door.claim)  # type: ignore[method-assign]
+    speed.door.end = timer.wrap("door settle", speed.door.end)  # type: ignore[method-assign]
     speed.folder.fold = timer.wrap("fold", speed.folder.fold)  # type: ignore[method-assign]
     merged = BoardWindowKeys("global", "all-time", "none").merged
     interval, total = args.interval, pool.num_rows
@@ -525,19 +525,30 @@ def door_memory(client: redis.Redis, registry: Registry, ids: int, console: Cons
         client.flushall()
         door = Door(client, registry.idempotency_horizon, buckets=buckets)
         with _progress(console) as progress:
-            task = progress.add_task(f"remember ids, {buckets:,} buckets", total=ids)
+            task = progress.add_task(f"claim and settle ids, {buckets:,} buckets", total=ids)
             began = time.perf_counter()
             for start in range(0, ids, chunk):
-                door.remember(_id_table(start, min(chunk, ids - start)), at)
+                # The ingest path: claim (in flight), then settle once the rows "landed".
+                door.claim(_id_table(start, min(chunk, ids - start)), at, "bench",
+                           start).claim.settle()
                 progress.advance(task, min(chunk, ids - start))
             seconds = time.perf_counter() - began
         used, remembered = door.memory()
         sample = pa.concat_tables([_id_table(0, 1000), _id_table(ids, 1000)])
-        seen = door.seen(sample, at + timedelta(hours=1))
+        admission = door.claim(sample, at + timedelta(hours=1), "bench", ids)
+        admission.claim.release()  # the new ids did not land
+        seen = admission.seen
+        # An id in flight (claimed, landing not settled) costs its record in the writer's
+        # in-flight key on top of its fingerprint.
+        flying = door.claim(_id_table(ids + 1000, chunk), at, "bench", ids + 1)
+        in_flight_used, _ = door.memory()
+        flying.claim.release()
         figures.add_row(f"{buckets:,} buckets ({ids / buckets:.0f} ids a bucket): bytes / ids",
                         f"{used:,} / {remembered:,}")
         figures.add_row("  bytes per id", f"{used / max(remembered, 1):.2f}")
-        figures.add_row("  remember rate (ids/s); known ids seen, new ids seen",
+        figures.add_row(f"  bytes per id in flight ({chunk:,} claimed, not settled)",
+                        f"{(in_flight_used - used) / chunk:.2f}")
+        figures.add_row("  claim + settle rate (ids/s); known ids seen, new ids seen",
                         f"{ids / seconds:,.0f}; {int(seen[:1000].sum())}/1000, "
                         f"{int(seen[1000:].sum())}/1000")
     client.flushall()

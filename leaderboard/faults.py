@@ -11,8 +11,9 @@ are free to change.
 Checkpoints (where a hook runs, and what is durable at that moment):
 
 - `ingest.after_claim`: the door has claimed the batch's ids; nothing landed yet (a raise
-  releases the claims of rows not landed; a kill leaves them in flight, and the writer's next
-  claim releases them).
+  releases the claims of rows not landed; a kill leaves them in flight: the writer's next
+  claim releases them, or another writer's claim of the same ids does once the dead writer's
+  landing lock is free).
 - `ingest.after_land`: the batch's files are landed (durable); nothing folded yet.
 - `fold.after_script`: one board-window's fold script of a file has run. While any hook is
   installed the fold sends its calls one at a time, so a fault here leaves the file folded

@@ -13,7 +13,8 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -42,6 +43,7 @@ __all__ = [
     "compaction_records",
     "events_dir",
     "fsync_dir",
+    "idle_writer",
     "landed_files",
     "open_landing_writes",
     "parse_landed_name",
@@ -202,6 +204,28 @@ def stamp_range(path: Path, column: str = "ingested_at") -> tuple[datetime, date
     if low is None or high is None:  # no rows at all
         return highest, lowest
     return low, high
+
+
+@contextmanager
+def idle_writer(lake: Path, writer: str) -> Iterator[bool]:
+    """Whether no process holds landing writer `writer` (its lock is free: a process that
+    held it is dead). While the block runs the lock is held here, so no process of that
+    writer starts meanwhile; False (the writer is live) holds nothing. The lock is the one
+    `LandingWriter` takes (flock: every writer of a lake on one host's file system)."""
+    if not _WRITER.match(writer):
+        raise ValueError(f"writer id {writer!r} must be 1-32 chars of [a-z0-9_]")
+    state = Path(lake) / "writers"
+    state.mkdir(parents=True, exist_ok=True)
+    with open(state / f"{writer}.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class LandingWriter:

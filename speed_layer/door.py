@@ -12,16 +12,28 @@ bucket's string: keep about 100 ids a bucket per generation (`buckets` ~ ids per
 
 The door is atomic per identity: `claim` checks and records the ids in one script per group
 (a retry reaching two writers at once is new to exactly one of them), before the rows land.
-The claimed records are also kept in an in-flight key per (group, writer)
-(`lb:ids:{group}:inflight:<writer>`: the writer's next seq and the generation, then the
-records) until the landing is settled; a failed landing releases them, and a writer killed
-in between has them recovered on its next claim (released unless the writer's files since
-that seq hold them). A writer holds one claim at a time (a landing writer is one process).
+An id the record holds is in one of two states:
+
+- settled: its rows landed (or were found in the lake): a copy is a retry, dropped;
+- in flight: claimed by a writer whose landing is not settled yet. The claimed records are
+  kept in an in-flight key per (group, writer) (`lb:ids:{group}:inflight:<writer>`: the
+  writer's next seq and the generation, then the 12-byte records), and the group's set
+  `lb:ids:{group}:inflight` names the writers holding one. A copy that reaches another
+  writer meanwhile is neither landed nor dropped: it is answered "in flight" (retry later),
+  because the first landing may still fail. `settle` ends the state (the rows landed), a
+  failed landing releases the records (`recover`: those whose rows are not in the lake); a
+  writer killed in between is recovered by its own next claim, or by any writer whose claim
+  hits its records once its landing lock is free (`SpeedLayer.claim`).
+
+Memory: a settled id costs its 8-byte fingerprint. An id in flight costs that plus its
+12-byte record in the writer's in-flight key (20 bytes), for the duration of one landing;
+the writer set costs one member per (group, writer) with a claim in flight. A writer holds
+one claim at a time (a landing writer is one process).
 
 Buckets are the fields of `groups` hashes per generation (`lb:ids:{group}:generation`, the
 bucket's 4-byte number as the field; field `n` counts the ids), so a batch costs at most one
-script call per group, with two keys and one argument, and a call stays in one Redis Cluster
-slot. The ids travel as one string of 12-byte records (bucket, fingerprint).
+script call per group, and every key of a call shares the group's hash tag (one Redis
+Cluster slot). The ids travel as one string of 12-byte records (bucket, fingerprint).
 """
 
 from __future__ import annotations
@@ -38,42 +50,24 @@ import redis
 
 from speed_layer.fold import ScriptPipeline, _sha
 
-__all__ = ["DEFAULT_BUCKETS", "DEFAULT_GROUPS", "Claim", "ClaimPending", "Door", "InFlight",
-           "fingerprints"]
+__all__ = ["DEFAULT_BUCKETS", "DEFAULT_GROUPS", "Admission", "Claim", "ClaimPending", "Door",
+           "InFlight", "fingerprints"]
 
 DEFAULT_BUCKETS = 16384
 DEFAULT_GROUPS = 64
-_WIDTH = 8  # bytes of a fingerprint
 _RECORD = 12  # bytes of an id on the wire: 4-byte bucket number (big-endian), fingerprint
 
-#: Finds fingerprint f in record s at a multiple of 8 bytes (a match across two neighbours
-#: is no match).
+#: Finds string f in s at a multiple of w bytes (a match across two neighbours is no match).
 _HAS = """
-local function has(s, f)
+local function has(s, f, w)
   local at = 1
   while true do
     at = string.find(s, f, at, true)
     if not at then return false end
-    if at % 8 == 1 then return true end
+    if at % w == 1 then return true end
     at = at + 1
   end
 end
-"""
-
-#: KEYS: the group's current and previous generation. ARGV[1]: 12-byte records (bucket,
-#: fingerprint). Returns one character per record: '1' if seen, else '0'.
-_CHECK = _HAS + """
-local ids, found, cur, prev = ARGV[1], {}, {}, {}
-for i = 1, #ids, 12 do
-  local b, f = string.sub(ids, i, i + 3), string.sub(ids, i + 4, i + 11)
-  if not cur[b] then
-    cur[b] = redis.call('HGET', KEYS[1], b) or ''
-    prev[b] = redis.call('HGET', KEYS[2], b) or ''
-  end
-  if has(cur[b], f) or has(prev[b], f) then found[#found + 1] = '1'
-  else found[#found + 1] = '0' end
-end
-return table.concat(found)
 """
 
 #: KEYS: the group's current generation. ARGV: ttl, 12-byte records (bucket, fingerprint).
@@ -89,7 +83,7 @@ for i = 1, #ids, 12 do
     records[b] = r
     order[#order + 1] = b
   end
-  if not r.seen[f] and not has(r.old, f) then
+  if not r.seen[f] and not has(r.old, f, 8) then
     r.new[#r.new + 1] = f
     added = added + 1
   end
@@ -105,13 +99,34 @@ return added
 """
 
 
-#: KEYS: the group's current and previous generation, the writer's in-flight key. ARGV: ttl,
-#: 12-byte records, the in-flight header. Checks and records each id at once; returns one
-#: character per record ('1' seen before, or earlier in this call; '0' claimed now), or the
-#: error `INFLIGHT` while the writer's previous claim is not settled (recover it first).
+#: KEYS: the group's current and previous generation, the writer's in-flight key, the
+#: group's set of writers with a claim in flight. ARGV: ttl, 12-byte records, the in-flight
+#: header, the writer, the in-flight key prefix (same hash tag: the same slot). Checks and
+#: records each id at once. Returns {flags, writers...}: one character per record ('1'
+#: settled, or earlier in this call: a retry; '2' in flight at another writer; '0' claimed
+#: now) and the writers holding the '2's; or the error `INFLIGHT` while the writer's
+#: previous claim is not settled (recover it first).
 _CLAIM = _HAS + """
 if redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('INFLIGHT') end
-local ttl, ids, found, records, order, claimed = ARGV[1], ARGV[2], {}, {}, {}, {}
+local ttl, ids, writer, prefix = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+local found, records, order, claimed, flights, busy, holders = {}, {}, {}, {}, nil, {}, {}
+local function holder(record)
+  if not flights then
+    flights = {}
+    for _, w in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+      local s = redis.call('GET', prefix .. w)
+      if s then
+        flights[#flights + 1] = {w, string.sub(s, string.find(s, '\\n', 1, true) + 1)}
+      else
+        redis.call('SREM', KEYS[4], w)
+      end
+    end
+  end
+  for _, flight in ipairs(flights) do
+    if has(flight[2], record, 12) then return flight[1] end
+  end
+  return nil
+end
 for i = 1, #ids, 12 do
   local b, f = string.sub(ids, i, i + 3), string.sub(ids, i + 4, i + 11)
   local r = records[b]
@@ -121,8 +136,16 @@ for i = 1, #ids, 12 do
     records[b] = r
     order[#order + 1] = b
   end
-  if r.seen[f] or has(r.old, f) or has(r.prev, f) then
+  if r.seen[f] then
     found[#found + 1] = '1'
+  elseif has(r.old, f, 8) or has(r.prev, f, 8) then
+    local w = holder(b .. f)
+    if w then
+      found[#found + 1] = '2'
+      if not busy[w] then busy[w] = true; holders[#holders + 1] = w end
+    else
+      found[#found + 1] = '1'
+    end
   else
     r.new[#r.new + 1] = f
     r.seen[f] = true
@@ -137,15 +160,21 @@ end
 if #claimed > 0 then
   redis.call('HINCRBY', KEYS[1], 'n', #claimed)
   redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('SET', KEYS[3], ARGV[3] .. table.concat(claimed), 'EX', ttl)
+  redis.call('SET', KEYS[3], ARGV[3] .. table.concat(claimed))
+  redis.call('SADD', KEYS[4], writer)
 end
-return table.concat(found)
+local reply = {table.concat(found)}
+for _, w in ipairs(holders) do reply[#reply + 1] = w end
+return reply
 """
 
-#: KEYS: a generation. ARGV: 12-byte records. Removes each fingerprint from its bucket (the
-#: claims of a landing that failed); returns the number removed.
-_RELEASE = """
-local ids, removed = ARGV[1], 0
+#: KEYS: the claim's generation, the writer's in-flight key, the group's in-flight writer
+#: set. ARGV: the writer, 12-byte records to release (their rows did not land; empty: the
+#: landing succeeded). Removes those fingerprints from their buckets and ends the claim's
+#: in-flight state in one step (so no copy ever reads a released id as settled); returns
+#: the number released.
+_SETTLE = """
+local ids, removed = ARGV[2], 0
 for i = 1, #ids, 12 do
   local b, f = string.sub(ids, i, i + 3), string.sub(ids, i + 4, i + 11)
   local s = redis.call('HGET', KEYS[1], b)
@@ -163,6 +192,8 @@ for i = 1, #ids, 12 do
   end
 end
 if removed > 0 then redis.call('HINCRBY', KEYS[1], 'n', -removed) end
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[3], ARGV[1])
 return removed
 """
 
@@ -204,10 +235,15 @@ def fingerprints(match_ids: Sequence[str] | pa.Array | pa.ChunkedArray,
     return _buckets_of(digests, buckets), [row.tobytes() for row in digests[:, 8:]]
 
 
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 @dataclass(frozen=True)
 class Claim:
-    """The ids one landing claimed: settle it once the rows landed; if landing failed,
-    `SpeedLayer.recover_claims` releases the ids whose rows are not in the lake."""
+    """The ids one landing claimed: settle it once the rows landed, release it if nothing
+    landed; if landing failed part-way, `SpeedLayer.recover_claims` releases the ids whose
+    rows are not in the lake."""
 
     door: Door
     writer: str
@@ -215,13 +251,23 @@ class Claim:
     groups: tuple[tuple[int, bytes], ...]  # (group, 12-byte records claimed there)
 
     def settle(self) -> None:
-        """The rows landed: the claims stand (only the in-flight record goes)."""
-        if self.groups:
-            self.client.delete(*[self.door.inflight_key(g, self.writer) for g, _ in self.groups])
+        """The rows landed: the claims stand, no longer in flight."""
+        self.door.end(self.writer, [(g, self.generation, b"") for g, _ in self.groups])
 
-    @property
-    def client(self) -> redis.Redis:
-        return self.door.client
+    def release(self) -> int:
+        """Nothing of this claim landed: forget its ids. Returns how many."""
+        return self.door.end(self.writer, [(g, self.generation, r) for g, r in self.groups])
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the door said of a batch, per row: `seen` (settled: a retry to drop), `busy`
+    (in flight at another writer: answer "retry later"), else claimed by `claim`."""
+
+    seen: np.ndarray
+    busy: np.ndarray
+    holders: frozenset[str]  # the writers holding the busy rows
+    claim: Claim
 
 
 @dataclass(frozen=True)
@@ -235,7 +281,7 @@ class InFlight:
 
 
 class Door:
-    """Check and remember ids; every call is one pipelined round trip."""
+    """Claim, settle and remember ids; every call is one pipelined round trip."""
 
     def __init__(self, client: redis.Redis, horizon: timedelta,
                  buckets: int = DEFAULT_BUCKETS, groups: int = DEFAULT_GROUPS) -> None:
@@ -245,17 +291,29 @@ class Door:
         self.horizon = horizon
         self.buckets = buckets
         self.groups = groups
-        self._check_sha = _sha(_CHECK)
         self._remember_sha = _sha(_REMEMBER)
         self._claim_sha = _sha(_CLAIM)
-        self._release_sha = _sha(_RELEASE)
+        self._settle_sha = _sha(_SETTLE)
 
     def _generation(self, at: datetime) -> int:
         return int(at.timestamp() // self.horizon.total_seconds())
 
+    @property
+    def _ttl(self) -> int:
+        return int(self.horizon.total_seconds() * 2) + 3600
+
     @staticmethod
     def key(group: int, generation: int) -> str:
         return f"lb:ids:{{{group}}}:{generation}"
+
+    @staticmethod
+    def inflight_key(group: int, writer: str) -> str:
+        return f"lb:ids:{{{group}}}:inflight:{writer}"
+
+    @staticmethod
+    def inflight_writers_key(group: int) -> str:
+        """The group's set of writers with a claim in flight there."""
+        return f"lb:ids:{{{group}}}:inflight"
 
     def _groups(self, table: pa.Table) -> list[tuple[int, np.ndarray, bytes]]:
         """Per hash group: (group, rows of its ids, their 12-byte records back to back)."""
@@ -270,60 +328,44 @@ class Door:
         return [(int(group_of[rows[0]]), rows, records[rows].tobytes())
                 for rows in np.split(order, bounds)]
 
-    def seen(self, table: pa.Table, at: datetime) -> np.ndarray:
-        """Per row: True if its id was accepted within the horizon before `at`."""
-        result = np.zeros(table.num_rows, dtype=bool)
-        if table.num_rows == 0:
-            return result
-        generation = self._generation(at)
-        groups = self._groups(table)
-        pipe = ScriptPipeline(self.client)
-        for group, _, records in groups:
-            pipe.script(_CHECK, self._check_sha,
-                        [self.key(group, generation), self.key(group, generation - 1)],
-                        [records])
-        for (_, rows, _), flags in zip(groups, pipe.execute(), strict=True):
-            if isinstance(flags, str):  # a client with decode_responses=True
-                flags = flags.encode()
-            result[rows] = np.frombuffer(flags, dtype=np.uint8) == ord("1")
-        return result
-
-    def inflight_key(self, group: int, writer: str) -> str:
-        return f"lb:ids:{{{group}}}:inflight:{writer}"
-
-    def claim(self, table: pa.Table, at: datetime, writer: str,
-              next_seq: int) -> tuple[np.ndarray, Claim]:
-        """Per row True if its id was accepted within the horizon before (a retry), and the
-        claim of the others, recorded in the same script so two writers never both claim
-        one id. Raises ClaimPending while the writer's previous claim is in flight."""
-        result = np.zeros(table.num_rows, dtype=bool)
+    def claim(self, table: pa.Table, at: datetime, writer: str, next_seq: int) -> Admission:
+        """Per row: settled before (a retry), in flight at another writer (busy), or claimed
+        now, recorded in the same script so two writers never both claim one id. Raises
+        ClaimPending while the writer's previous claim is in flight."""
+        seen = np.zeros(table.num_rows, dtype=bool)
+        busy = np.zeros(table.num_rows, dtype=bool)
         generation = self._generation(at)
         if table.num_rows == 0:
-            return result, Claim(self, writer, generation, ())
-        ttl = int(self.horizon.total_seconds() * 2) + 3600
+            return Admission(seen, busy, frozenset(), Claim(self, writer, generation, ()))
         header = f"{next_seq} {generation}\n".encode()
         groups = self._groups(table)
         pipe = ScriptPipeline(self.client)
         for group, _, records in groups:
             pipe.script(_CLAIM, self._claim_sha,
                         [self.key(group, generation), self.key(group, generation - 1),
-                         self.inflight_key(group, writer)], [ttl, records, header])
+                         self.inflight_key(group, writer), self.inflight_writers_key(group)],
+                        [self._ttl, records, header, writer, self.inflight_key(group, "")])
         try:
             replies = pipe.execute()
         except redis.ResponseError as exc:
             if "INFLIGHT" in str(exc):
                 raise ClaimPending(f"writer {writer} has a claim in flight") from None
             raise
-        claimed = []
-        for (group, rows, records), flags in zip(groups, replies, strict=True):
+        claimed: list[tuple[int, bytes]] = []
+        holders: set[str] = set()
+        for (group, rows, records), (flags, *held) in zip(groups, replies, strict=True):
             if isinstance(flags, str):  # a client with decode_responses=True
                 flags = flags.encode()
-            seen = np.frombuffer(flags, dtype=np.uint8) == ord("1")
-            result[rows] = seen
-            if not seen.all():
-                mine = np.frombuffer(records, dtype=np.uint8).reshape(-1, _RECORD)[~seen]
-                claimed.append((group, mine.tobytes()))
-        return result, Claim(self, writer, generation, tuple(claimed))
+            codes = np.frombuffer(flags, dtype=np.uint8)
+            seen[rows] = codes == ord("1")
+            busy[rows] = codes == ord("2")
+            holders.update(_text(w) for w in held)
+            mine = codes == ord("0")
+            if mine.any():
+                kept = np.frombuffer(records, dtype=np.uint8).reshape(-1, _RECORD)[mine]
+                claimed.append((group, kept.tobytes()))
+        return Admission(seen, busy, frozenset(holders),
+                         Claim(self, writer, generation, tuple(claimed)))
 
     def in_flight(self, writer: str) -> list[InFlight]:
         """The writer's claims left in flight (one pipelined round trip)."""
@@ -338,6 +380,13 @@ class Door:
                 found.append(InFlight(group, int(seq), int(generation), records))
         return found
 
+    def writers_in_flight(self) -> set[str]:
+        """Every writer with a claim in flight in any group (one pipelined round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for group in range(self.groups):
+            pipe.smembers(self.inflight_writers_key(group))
+        return {_text(w) for members in pipe.execute() for w in members}
+
     def records_of(self, table: pa.Table) -> set[bytes]:
         """The 12-byte records of a table's ids."""
         found: set[bytes] = set()
@@ -347,53 +396,56 @@ class Door:
 
     def recover(self, writer: str, landed: set[bytes], flights: list[InFlight]) -> int:
         """Settle a dead writer's claims: those whose rows landed (`landed`: the records of
-        its files since the claim's seq) stand, the rest are released. Returns how many."""
-        released = 0
+        its files since the claim's seq) stand, the rest are released. Returns how many
+        were released."""
+        ends = []
         for flight in flights:
             lost = b"".join(flight.records[i:i + _RECORD]
                             for i in range(0, len(flight.records), _RECORD)
                             if flight.records[i:i + _RECORD] not in landed)
-            if lost:
-                released += self.release(flight.generation, [lost])
-            self.client.delete(self.inflight_key(flight.group, writer))
-        return released
+            ends.append((flight.group, flight.generation, lost))
+        return self.end(writer, ends)
 
-    def release(self, generation: int, records: list[bytes]) -> int:
-        """Forget claimed ids (their rows never landed); returns how many were removed."""
-        by_group: dict[int, list[bytes]] = {}
-        for chunk in records:
-            for i in range(0, len(chunk), _RECORD):
-                record = chunk[i:i + _RECORD]
-                bucket = int.from_bytes(record[:4], "big")
-                by_group.setdefault(bucket % self.groups, []).append(record)
+    def end(self, writer: str, ends: list[tuple[int, int, bytes]]) -> int:
+        """End claims of `writer` in flight: per (group, generation, records to release),
+        release those records and settle the rest, one script per group. Returns how many
+        were released."""
+        if not ends:
+            return 0
         pipe = ScriptPipeline(self.client)
-        for group, found in sorted(by_group.items()):
-            pipe.script(_RELEASE, self._release_sha, [self.key(group, generation)],
-                        [b"".join(found)])
+        for group, generation, lost in ends:
+            pipe.script(_SETTLE, self._settle_sha,
+                        [self.key(group, generation), self.inflight_key(group, writer),
+                         self.inflight_writers_key(group)], [writer, lost])
         return sum(int(r) for r in pipe.execute())
 
     def remember(self, table: pa.Table, at: datetime) -> None:
-        """Record the ids of landed rows (idempotent: safe to repeat after a crash)."""
+        """Record the ids of landed rows as settled (idempotent: safe to repeat after a
+        crash); repair and rebuild use it for files read back from the lake."""
         if table.num_rows == 0:
             return
         generation = self._generation(at)
-        ttl = int(self.horizon.total_seconds() * 2) + 3600
         pipe = ScriptPipeline(self.client)
         for group, _, records in self._groups(table):
             pipe.script(_REMEMBER, self._remember_sha, [self.key(group, generation)],
-                        [ttl, records])
+                        [self._ttl, records])
         pipe.execute()
 
     def memory(self) -> tuple[int, int]:
         """(bytes used by the record's keys, ids remembered), by scanning its keys."""
         used = ids = 0
-        keys = list(self.client.scan_iter(match="lb:ids:*", count=1000))
+        keys = [_text(k) for k in self.client.scan_iter(match="lb:ids:*", count=1000)]
         for start in range(0, len(keys), 1000):
+            chunk = keys[start:start + 1000]
             pipe = self.client.pipeline(transaction=False)
-            for key in keys[start:start + 1000]:
+            for key in chunk:
                 pipe.memory_usage(key, samples=0)
+            # Only a generation's hash counts its ids (field `n`); the in-flight keys do not.
+            generations = [k for k in chunk
+                           if k.count(":") == 3 and k.rsplit(":", 1)[1].isdigit()]
+            for key in generations:
                 pipe.hget(key, "n")
             replies = pipe.execute()
-            used += sum(int(r or 0) for r in replies[0::2])
-            ids += sum(int(r or 0) for r in replies[1::2])
+            used += sum(int(r or 0) for r in replies[:len(chunk)])
+            ids += sum(int(r or 0) for r in replies[len(chunk):])
         return used, ids

@@ -37,6 +37,11 @@ class IngestReport:
     rejected: int = 0
     duplicates: int = 0
     retries: int = 0  # dropped at the door: accepted within the idempotency horizon
+    #: Held back at the door, not landed: another live writer is landing the same ids right
+    #: now (an earlier send of the same rows). Retry them shortly: they are then retries if
+    #: that landing succeeded, or land here if it failed.
+    in_flight: int = 0
+    in_flight_writers: list[str] = field(default_factory=list)
     reasons: Counter[str] = field(default_factory=Counter)
     files: list[LandedFile] = field(default_factory=list)
     quarantine_files: list[LandedFile] = field(default_factory=list)
@@ -52,6 +57,8 @@ class IngestReport:
         self.rejected += other.rejected
         self.duplicates += other.duplicates
         self.retries += other.retries
+        self.in_flight += other.in_flight
+        self.in_flight_writers = sorted({*self.in_flight_writers, *other.in_flight_writers})
         self.reasons.update(other.reasons)
         self.files.extend(other.files)
         self.quarantine_files.extend(other.quarantine_files)
@@ -61,6 +68,7 @@ class IngestReport:
         return {
             "rows": self.rows, "accepted": self.accepted, "rejected": self.rejected,
             "duplicates": self.duplicates, "retries": self.retries,
+            "in_flight": self.in_flight, "in_flight_writers": self.in_flight_writers,
             "reasons": dict(self.reasons.most_common()),
             "files": [str(f.path) for f in self.files],
             "quarantine_files": [str(f.path) for f in self.quarantine_files],
@@ -108,6 +116,10 @@ class Ingestor:
     ) -> IngestReport:
         """Ingest one batch landed at `now`.
 
+        Rows another live writer is landing right now are held back, not landed
+        (`in_flight`: the caller answers "retry later"); rows settled within the horizon
+        are dropped (`retries`).
+
         `backfill` (trusted historical imports) is stamped at landing like any event and
         flagged: it is the one exception to the lateness rule (it counts in every window its
         event_time falls in) and is folded at once. It passes the door like any event, so the
@@ -127,11 +139,12 @@ class Ingestor:
         if unparseable is not None and unparseable.num_rows:
             rejected = pa.concat_tables([rejected, unparseable.select(rejected.column_names)
                                          .cast(rejected.schema)])
-        accepted, retries, claim = validated.accepted, 0, None
+        accepted, claim, admitted = validated.accepted, None, None
         prev = self.writer.last_event_seq
         if self.speed is not None:
-            accepted, retries, claim = self.speed.claim(accepted, now, self.writer.writer,
-                                                        self.writer.next_seq)
+            admitted = self.speed.claim(accepted, now, self.writer.writer,
+                                        self.writer.next_seq)
+            accepted, claim = admitted.rows, admitted.claim
         held: Held | None = None
         if self.rate is not None and not backfill:
             # After the door (a retry is no new event), before landing: held rows go to the
@@ -141,7 +154,10 @@ class Ingestor:
         report = IngestReport(
             rows=table.num_rows + (0 if unparseable is None else unparseable.num_rows),
             accepted=accepted.num_rows, rejected=rejected.num_rows,
-            duplicates=validated.duplicates, retries=retries,
+            duplicates=validated.duplicates,
+            retries=0 if admitted is None else admitted.retries,
+            in_flight=0 if admitted is None else admitted.in_flight,
+            in_flight_writers=[] if admitted is None else list(admitted.holders),
             reasons=Counter(rejected.column("reason").to_pylist()),
         )
         if row_reasons:
@@ -175,10 +191,8 @@ class Ingestor:
                 claim.settle()
         report.quarantine_files += self.writer.quarantine(rejected, now)
         if self.speed is not None and report.files:
-            # Claimed ids are already remembered.
             try:
-                self.speed.after_land(report.files, accepted, now, remember=False,
-                                      prev=prev)
+                self.speed.after_land(report.files, prev=prev)
             except redis.RedisError as exc:
                 report.fold_error = f"{type(exc).__name__}: {exc}"
         return report

@@ -56,6 +56,8 @@ RELEASE_STATUSES = {
                  "this release; nothing lands",
     "rejected": "it still fails validation (see reason); it stays in the quarantine",
     "not_found": "no quarantined row has this id",
+    "in_flight": "another writer is landing the same event right now; release it again "
+                 "shortly (a duplicate then if that landing succeeded, else it lands)",
 }
 
 
@@ -147,13 +149,18 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
     assert accepted.num_rows == len(passed)
     held = np.array([r.reason == IMPLAUSIBLE_RATE for r in passed], dtype=bool)
     others = accepted.filter(pa.array(~held))
-    kept, _, claim = speed.claim(others, now, RELEASE_WRITER, writer.next_seq)
+    admitted = speed.claim(others, now, RELEASE_WRITER, writer.next_seq)
+    kept, claim = admitted.rows, admitted.claim
     claimed = set(zip(kept.column("match_id").to_pylist(), kept.column("player_id").to_pylist(),
                       strict=True))
+    busy = set(zip(admitted.in_flight_rows.column("match_id").to_pylist(),
+                   admitted.in_flight_rows.column("player_id").to_pylist(), strict=True))
     landing: list[QuarantineRow] = []
     for row, is_held in zip(passed, held.tolist(), strict=True):
         if is_held or row.identity in claimed:
             landing.append(row)
+        elif row.identity in busy:
+            outcomes[row.id] = Outcome(row.id, "in_flight", RELEASE_STATUSES["in_flight"])
         else:
             outcomes[row.id] = Outcome(row.id, "duplicate",
                                        "this event already counts (accepted within the "
@@ -177,7 +184,10 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
         outcomes[row.id] = Outcome(row.id, "released",
                                    "landed now: it counts on every board it belongs to")
     try:
-        speed.after_land(files, to_land, now, remember=True, prev=prev)
+        # Held rows land on their claim from the first landing, which may be older than
+        # the horizon: remember them again at this landing.
+        speed.door.remember(accepted.filter(pa.array(held)), now)
+        speed.after_land(files, prev=prev)
     except redis.RedisError as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -5,6 +5,7 @@ rebuild, bans and status. The CLI, the HTTP app and the DAG all go through it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ import redis
 from leaderboard import faults
 from leaderboard.bans import banned_players, write_tombstone
 from leaderboard.batch_view import BatchView
-from leaderboard.lake import LandedFile, landed_files
+from leaderboard.lake import LandedFile, idle_writer, landed_files
 from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
 from leaderboard.registry import Registry
 from leaderboard.speed_keys import (
@@ -33,11 +34,11 @@ from leaderboard.speed_keys import (
     state_needed,
     windows_key,
 )
-from speed_layer.door import Claim, ClaimPending, Door
+from speed_layer.door import Admission, Claim, ClaimPending, Door
 from speed_layer.fold import FOLD_SCRIPT, Folder, identities, predecessors
 from speed_layer.rate import held_ids
 
-__all__ = ["RebuildRunning", "SpeedLayer", "SpeedStatus"]
+__all__ = ["Admitted", "RebuildRunning", "SpeedLayer", "SpeedStatus"]
 
 _EXPIRE_OLD_VERSION = 3600
 
@@ -60,6 +61,23 @@ class RebuildRunning(StateLost):
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What the door let through of a batch: the rows to land (claimed by `claim`), the
+    retries dropped, and the rows held back because another live writer (`holders`) is
+    landing them right now (the caller answers those "retry later")."""
+
+    rows: pa.Table
+    retries: int
+    in_flight_rows: pa.Table
+    holders: tuple[str, ...]
+    claim: Claim
+
+    @property
+    def in_flight(self) -> int:
+        return int(self.in_flight_rows.num_rows)
 
 
 @dataclass(frozen=True)
@@ -129,25 +147,40 @@ class SpeedLayer:
     # -- ingest -----------------------------------------------------------------------------
 
     def claim(self, accepted: pa.Table, at: datetime, writer: str,
-              next_seq: int) -> tuple[pa.Table, int, Claim]:
-        """Claim the ids of rows about to land (dropping those accepted within the horizon):
-        returns (kept, retries, claim). Settle the claim once the rows landed, release it
-        if landing failed. A claim a dead process of this writer left in flight is
-        recovered first. A lost state raises StateLost before anything lands (its record of
-        recent ids may be gone too: retries must wait for the rebuild)."""
+              next_seq: int) -> Admitted:
+        """Claim the ids of rows about to land: drops the retries (settled within the
+        horizon) and holds back the rows in flight at another live writer (answer those
+        "retry later": that landing may still fail). Settle the claim once the rows landed,
+        release it if landing failed. Claims a dead process left in flight are recovered
+        first: this writer's own (a restarted writer), and those of any other writer whose
+        rows this batch holds once its landing lock is free (the writer is dead: a client's
+        retry after a kill lands here, exactly once). A lost state raises StateLost before
+        anything lands (its record of recent ids may be gone too: retries must wait for the
+        rebuild)."""
         self.current()
+        admission = self._claim(accepted, at, writer, next_seq)
+        if admission.busy.any() and self.recover_dead_writers(admission.holders - {writer}):
+            admission.claim.release()
+            admission = self._claim(accepted, at, writer, next_seq)
+        kept = ~(admission.seen | admission.busy)
+        return Admitted(accepted if kept.all() else accepted.filter(pa.array(kept)),
+                        int(admission.seen.sum()), accepted.filter(pa.array(admission.busy)),
+                        tuple(sorted(admission.holders)) if admission.busy.any() else (),
+                        admission.claim)
+
+    def _claim(self, accepted: pa.Table, at: datetime, writer: str,
+               next_seq: int) -> Admission:
         try:
-            seen, claim = self.door.claim(accepted, at, writer, next_seq)
+            return self.door.claim(accepted, at, writer, next_seq)
         except ClaimPending:
             self.recover_claims(writer)
-            seen, claim = self.door.claim(accepted, at, writer, next_seq)
-        if not seen.any():
-            return accepted, 0, claim
-        return accepted.filter(pa.array(~seen)), int(seen.sum()), claim
+            return self.door.claim(accepted, at, writer, next_seq)
 
     def recover_claims(self, writer: str) -> int:
         """Settle the claims a dead process of `writer` left in flight from the lake: ids
-        whose rows landed stay claimed, the others are released. Returns how many."""
+        whose rows landed stay claimed, the others are released. Returns how many were
+        released. The caller holds the writer's landing lock (it is that writer, or took it
+        with `idle_writer`): no live process of the writer is landing them."""
         flights = self.door.in_flight(writer)
         if not flights:
             return 0
@@ -162,16 +195,26 @@ class SpeedLayer:
                 landed |= self.door.records_of(held_ids(found.path))
         return self.door.recover(writer, landed, flights)
 
-    def after_land(self, files: list[LandedFile], table: pa.Table, at: datetime, *,
-                   remember: bool = True, prev: int | None = None) -> None:
-        """Remember the landed ids, then fold each landed file into the live version.
+    def recover_dead_writers(self, writers: Iterable[str]) -> int:
+        """Recover the claims in flight of each of `writers` that is dead (its landing lock
+        is free); a live writer's claims are never touched. Returns how many writers were
+        recovered."""
+        recovered = 0
+        for writer in sorted(writers):
+            with idle_writer(self.lake, writer) as idle:
+                if idle:
+                    self.recover_claims(writer)
+                    recovered += 1
+        return recovered
+
+    def after_land(self, files: list[LandedFile], *, prev: int | None = None) -> None:
+        """Fold each landed file into the live version (its ids were claimed before it
+        landed).
 
         `prev`: the seq of the writer's events file before these (`LandingWriter.
         last_event_seq` before landing). A file of the writer left unfolded before them (a
         fold that failed, a crash) is folded here too: completeness does not depend on the
         caller running a repair."""
-        if remember:
-            self.door.remember(table, at)
         version = self.current()
         for landed in files:
             self.folder.fold(version, landed.writer, landed.seq, pq.read_table(landed.path),
@@ -183,9 +226,10 @@ class SpeedLayer:
                 self.folder.catch_up(version, self.folder.pending(version, writer))
 
     def repair(self) -> int:
-        """After a crash: remember the ids of, and fold, every file not folded everywhere
-        (whatever landed after it)."""
+        """After a crash: settle the claims dead writers left in flight, then remember the
+        ids of, and fold, every file not folded everywhere (whatever landed after it)."""
         version = self.current()
+        self.recover_dead_writers(self.door.writers_in_flight())
         pending = self.folder.pending(version)
         prevs = predecessors(landed_files(self.lake))
         for landed in pending:

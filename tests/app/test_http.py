@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import redis
@@ -27,7 +28,7 @@ from redis.retry import Retry
 
 from app.http import ApiKeys, HttpConfig, create_app
 from jobs.batch import run_batch
-from leaderboard.lake import landed_files
+from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.redis_server import free_port
 from leaderboard.settings import Settings, SettingsError
 from serving.service import Leaderboards
@@ -363,6 +364,29 @@ def test_a_retry_is_dropped_at_the_door(world):
     assert (again.json()["accepted"], again.json()["retries"]) == (0, 1)
     assert world.boards.player("global", "p001")["score"] == score
     assert sum(r["match_id"] == "r1" for r in _lake_rows(world.lake)) == 1
+
+
+def test_rows_another_worker_is_landing_are_answered_retry_later(world):
+    """A send whose rows another live worker claimed and is landing right now: neither
+    landed nor called a retry (that landing may still fail), but 409 with Retry-After;
+    the same send after that landing failed lands them."""
+    batch = {"events": [dict(EVENT, match_id="f1"), dict(EVENT, match_id="f2")]}
+    ids = pa.table({"match_id": ["f1"], "player_id": ["p001"]})
+    with LandingWriter(world.lake, "other") as other:
+        admitted = world.speed.claim(ids, world.settings.now(), "other", other.next_seq)
+        held = _post(world, batch)
+        assert held.status_code == 409, held.text
+        assert held.headers["Retry-After"] == "1"
+        body = held.json()
+        assert (body["error"], body["in_flight"], body["accepted"]) == (
+            "in_flight_elsewhere", 1, 1)
+        assert "send the same batch again" in body["message"]
+        admitted.claim.release()  # the other landing failed
+    again = _post(world, batch)
+    assert again.status_code == 200, again.text
+    assert (again.json()["accepted"], again.json()["retries"]) == (1, 1)
+    assert sorted(r["match_id"] for r in _lake_rows(world.lake)
+                  if r["match_id"] in ("f1", "f2")) == ["f1", "f2"]
 
 
 def test_batch_bounds(world, tmp_path, redis_client):

@@ -4,10 +4,11 @@ Redis, a real lake and the DuckDB batch.
 
 Jepsen's split: the *generator* is hypothesis's choice of rules and their arguments; the
 *nemesis* is tests/faults.py (a Redis error at the nth command of a fold), Redis flushes and
-the product's fault seam (leaderboard/faults.py: a writer lands at `rebase.after_catch_up`);
-the *checker* is `check_answers`, which holds every merged query the serving layer answers
-(score, rank, total, top, around, friends, percentile, score for a top y%, as of yesterday)
-against the model of tests/operations/model.py, computed from the accepted history alone.
+the product's fault seam (leaderboard/faults.py: a writer lands at `rebase.after_catch_up`, a
+writer dies at `ingest.after_claim`); the *checker* is `check_answers`, which holds every
+merged query the serving layer answers (score, rank, total, top, around, friends, percentile,
+score for a top y%, as of yesterday) against the model of tests/operations/model.py, computed
+from the accepted history alone.
 
 Rules whose defect is still being fixed on main stay off: `KNOWN_DEFECTS` names each one with
 its issue item; turn a switch off (remove it from the set) when the fix lands. Size: the
@@ -110,6 +111,10 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
         "server_id": ["s1"] * len(rows)})
 
 
+class _Killed(BaseException):
+    """A writer process killed at a fault checkpoint (in process: nothing after it runs)."""
+
+
 class _Writer:
     """One landing writer with its own speed layer and fault-injecting Redis client, as one
     HTTP worker or one CLI process has."""
@@ -138,6 +143,7 @@ class OperationsMachine(RuleBasedStateMachine):
         self.lake = self.settings.lake_dir
         self.lake.mkdir(parents=True, exist_ok=True)
         self.registry = parse_registry(REGISTRY_RAW, source="test")
+        self.url = url
         self.reader = redis.Redis.from_url(url, protocol=2)
         self.reader.flushall()
         self.writers = {name: _Writer(name, self.lake, url) for name in ("a", "b")}
@@ -246,10 +252,46 @@ class OperationsMachine(RuleBasedStateMachine):
         for thread in threads:
             thread.join()
         accepted = sum(r.accepted for r in reports.values())
-        retries = sum(r.retries for r in reports.values())
-        assert (accepted, retries) == (len(rows), len(rows)), {
+        held = sum(r.retries + r.in_flight for r in reports.values())
+        assert (accepted, held) == (len(rows), len(rows)), {
             k: r.as_dict() for k, r in reports.items()}
         self._landed(rows)
+        # Rows one writer saw in flight at the other are answered "retry later": the
+        # client's next send is a retry everywhere (both landings settled).
+        for name in ("a", "b"):
+            again = self._ingest(name, rows)
+            assert (again.accepted, again.retries, again.in_flight) == (0, len(rows), 0), \
+                again.as_dict()
+
+    @rule(writer=st.sampled_from(["a", "b"]), matches=operations_events(PLAYERS))
+    def writer_killed_between_claim_and_land_then_retry_elsewhere(
+            self, writer: str, matches: list[dict[str, Any]]) -> None:
+        """A writer dies after the door claimed the batch and before it landed (the fault
+        seam's `ingest.after_claim`; in process: it sends no more commands and its landing
+        lock goes, as with kill -9); the client's retry reaches the other writer and lands
+        every row once; the dead writer, restarted, sees the same batch as a retry."""
+        STATS["writer_killed_between_claim_and_land_then_retry_elsewhere"] += 1
+        rows = self._new_rows(matches)
+        dying = self.writers[writer]
+
+        def die(_name: str) -> None:
+            dying.client.fail_at(1)  # a dead process sends nothing more (no release)
+            raise _Killed
+
+        with faults.injected("ingest.after_claim", die), pytest.raises(_Killed):
+            self._ingest(writer, rows)
+        dying.client.disarm()
+        dying.close()  # the process is gone: its landing lock with it
+        other = "b" if writer == "a" else "a"
+        retry = self._ingest(other, rows)
+        assert (retry.accepted, retry.retries, retry.in_flight) == (len(rows), 0, 0), \
+            retry.as_dict()
+        assert retry.fold_error is None
+        self._landed(rows)
+        self.writers[writer] = _Writer(writer, self.lake, self.url)  # restarted
+        again = self._ingest(writer, rows)
+        assert (again.accepted, again.retries, again.in_flight) == (0, len(rows), 0), \
+            again.as_dict()
 
     @precondition(lambda self: any(e.points == 0 for e in self._accepted_recently(
         older_than=2 * HORIZON + timedelta(hours=1))))

@@ -16,6 +16,7 @@ from lakes import batches, day, random_stream
 from leaderboard import faults
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.registry import load_registry
+from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
 
@@ -41,8 +42,10 @@ def world(tmp_path, redis_client, redis_server):
 
 
 def test_one_retry_at_two_writers_at_once_lands_once(world):
-    """Writer b receives the same batch while writer a has landed it but not yet folded
-    (the old door checked, landed, then remembered: both landed it)."""
+    """Writer b receives the same batch while writer a has landed it but not yet settled
+    (the old door checked, landed, then remembered: both landed it). b neither lands it nor
+    calls it a retry (a's landing might still fail): it holds the rows back as in flight;
+    once a settled, the client's next send is a retry."""
     lake, registry, speed, at, table = world
     with LandingWriter(lake, "a") as a, LandingWriter(lake, "b") as b:
         reports = []
@@ -52,9 +55,12 @@ def test_one_retry_at_two_writers_at_once_lands_once(world):
 
         with faults.injected("ingest.after_land", faults.on_hit(1, second_writer)):
             first = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
-    [second] = reports
-    assert first.accepted == table.num_rows
-    assert (second.accepted, second.retries) == (0, table.num_rows)
+        [second] = reports
+        assert first.accepted == table.num_rows
+        assert (second.accepted, second.retries, second.in_flight) == (0, 0, table.num_rows)
+        assert second.in_flight_writers == ["a"]
+        third = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (third.accepted, third.retries, third.in_flight) == (0, table.num_rows, 0)
     ids = landed_ids(lake)
     assert len(ids) == len(set(ids)) == table.num_rows
 
@@ -72,11 +78,9 @@ def test_a_landing_that_fails_releases_its_claims(world):
     assert len(landed_ids(lake)) == table.num_rows
 
 
-def test_a_writer_killed_between_claim_and_landing_has_its_claims_released(world,
-                                                                           redis_server):
-    """The claims of a process killed before landing are in flight; the writer's next claim
-    (a new process, same writer id) recovers them from the lake, so the retry lands."""
-    lake, registry, speed, at, table = world
+def _killed_writer(lake: Path, url: str, writer: str) -> None:
+    """Writer `writer` in a real child process, SIGKILLed (the fault seam) after the door
+    claimed the batch's ids and before anything landed."""
     code = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parents[1])!r})
@@ -85,14 +89,14 @@ import redis
 from lakes import batches, day, random_stream
 from leaderboard.lake import LandingWriter
 from leaderboard.registry import load_registry
+from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
 registry = load_registry()
-speed = SpeedLayer(redis.Redis.from_url({redis_server.url!r}, protocol=2), registry,
-                   {str(lake)!r})
+speed = SpeedLayer(redis.Redis.from_url({url!r}, protocol=2), registry, {str(lake)!r})
 at, table = batches(random_stream(41, start=day("2026-11-28"), matches=40,
                                   duplicate_share=0.0))[0]
-with LandingWriter({str(lake)!r}, "a") as writer:
+with LandingWriter({str(lake)!r}, {writer!r}) as writer:
     Ingestor(registry, writer, speed).ingest(table, now=at, source="t")
 """
     env = dict(os.environ, LEADERBOARD_FAULTS="ingest.after_claim=kill")
@@ -100,9 +104,65 @@ with LandingWriter({str(lake)!r}, "a") as writer:
                            timeout=300)
     assert child.returncode == -9, child.stderr.decode()[-2000:]
     assert landed_ids(lake) == []
+
+
+def test_a_writer_killed_between_claim_and_landing_has_its_claims_released(world,
+                                                                           redis_server):
+    """The claims of a process killed before landing are in flight; the writer's next claim
+    (a new process, same writer id) recovers them from the lake, so the retry lands."""
+    lake, registry, speed, at, table = world
+    _killed_writer(lake, redis_server.url, "a")
     with LandingWriter(lake, "a") as a:
         again = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
         assert (again.accepted, again.retries) == (table.num_rows, 0)
         retry = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
         assert (retry.accepted, retry.retries) == (0, table.num_rows)
+    assert len(landed_ids(lake)) == table.num_rows
+
+
+def test_a_retry_at_another_writer_after_a_kill_between_claim_and_landing_lands_once(
+        world, redis_server, redis_client):
+    """The exactly-once hole: writer a is killed between claim and land (a real process,
+    kill -9); the client's retry reaches writer b (another HTTP worker). The old door
+    counted the claimed ids as retries and answered 200: the rows never landed. Now b sees
+    them in flight at a, finds a's landing lock free (a is dead), recovers a's claims from
+    the lake, and lands them: once, and the merged reads count them once."""
+    lake, registry, speed, at, table = world
+    _killed_writer(lake, redis_server.url, "a")
+    with LandingWriter(lake, "b") as b:
+        retry = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (retry.accepted, retry.retries, retry.in_flight) == (table.num_rows, 0, 0)
+        again = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (again.accepted, again.retries, again.in_flight) == (0, table.num_rows, 0)
+    with LandingWriter(lake, "a") as a:  # the dead writer back: nothing left to recover
+        late = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+        assert (late.accepted, late.retries, late.in_flight) == (0, table.num_rows, 0)
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+    assert speed().door.writers_in_flight() == set()
+    # The merged reads count each landed row once: every player's all-time score is the
+    # sum of its landed points.
+    boards = Leaderboards(lake, registry, redis_client, now=lambda: at)
+    points: dict[str, int] = {}
+    for row in table.to_pylist():
+        points[row["player_id"]] = points.get(row["player_id"], 0) + row["points"]
+    for player, total in sorted(points.items())[:10]:
+        answer = boards.player("global", player, "all-time")
+        assert answer["score"] == total, (player, answer)
+
+
+def test_a_live_writers_claims_are_never_recovered_by_another(world):
+    """A writer that holds its landing lock is alive: another writer's claim of the same ids
+    answers them in flight, whatever the wait, and leaves the claim alone."""
+    lake, registry, speed, at, table = world
+    with LandingWriter(lake, "a") as a, LandingWriter(lake, "b") as b:
+        layer = speed()
+        admitted = layer.claim(table, at, "a", a.next_seq)  # a claimed, landing (slowly)
+        assert admitted.rows.num_rows == table.num_rows
+        held = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (held.accepted, held.retries, held.in_flight) == (0, 0, table.num_rows)
+        assert layer.door.writers_in_flight() == {"a"}
+        admitted.claim.release()  # a's landing failed: the ids are free again
+        retry = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (retry.accepted, retry.in_flight) == (table.num_rows, 0)
     assert len(landed_ids(lake)) == table.num_rows

@@ -179,13 +179,18 @@ def _batch_table(events: list[Any], server_id: str, source: str
                  "application/json": {"schema": EVENT_BODY_SCHEMA}}}},
              responses={200: {"description": "every row accepted (or a retry)"},
                         207: {"description": "some rows rejected: see `rejected`"},
-                        **documented(400, 401, 403, 413, 422, 429, 503,
+                        **documented(400, 401, 403, 409, 413, 422, 429, 503,
                                      s400="the body is not JSON, or not a batch of events",
                                      s401="no credential, or a signature without X-Timestamp",
                                      s403="a wrong key or signature, or X-Timestamp more than "
                                           "5 minutes from the server's clock",
                                      s413="the body or the batch is too large, or the batch "
                                           "exceeds the server's burst",
+                                     s409="some rows are being landed by another worker right "
+                                          "now (an earlier send of this batch): they were not "
+                                          "landed here; send the same batch again after "
+                                          "Retry-After (the rows that did land count as "
+                                          "retries then)",
                                      s422="every row rejected (`rejected` says why), or an "
                                           "empty batch")})
 async def ingest(
@@ -230,6 +235,13 @@ async def ingest(
         answer["warning"] = (f"landed durably, but the fold into the speed layer failed "
                              f"({report.fold_error}); it is repaired on the next request")
     status = 200 if not rejected else (422 if len(rejected) == len(events) else 207)
+    if report.in_flight:
+        # Not a duplicate: the other landing may still fail, so the client must send again.
+        answer.update(error="in_flight_elsewhere", in_flight=report.in_flight, message=(
+            f"{report.in_flight:,} row(s) of this batch are being landed by another worker "
+            "right now (an earlier send of the same rows) and were not landed here; send the "
+            "same batch again after Retry-After: rows that landed count as retries then"))
+        return JSONResponse(answer, status_code=409, headers={"Retry-After": "1"})
     if status == 422:
         answer.update(error="all_rows_rejected",
                       message="every row was rejected; see `rejected` for the reasons")
