@@ -94,7 +94,8 @@ def release(service: AdminDep,
     """Validate each row again as it was sent and land those that pass, once: `results`
     says per id `released` (counts now, in the speed layer and the next batch),
     `already_released` (a no-op), `duplicate` (the same event already counts),
-    `rejected` (still invalid: `reason`; it stays in the quarantine) or `not_found`."""
+    `rejected` (still invalid: `reason`; it stays in the quarantine), `in_flight` (another
+    writer is landing the same event right now: release it again shortly) or `not_found`."""
     from speed_layer.review import ReleaseBusy
 
     try:
