@@ -1,0 +1,265 @@
+"""Benchmark nights at a constant daily volume: is a night's cost flat in the history?
+
+Generates --days days of --events-per-day events (--players players; cached under --cache,
+reused by later runs of the same shape), then runs one night after another as the DAG runs
+them (dags/nightly_standings.py): the batch writes the version (`run_batch`, publish=False),
+the release checks and publishes it, compaction rewrites the day's landing files, retention
+deletes raw partitions past the registry's retention_days and sweeps killed runs' files. The
+raw events are a copy of the cached ones (compaction and retention change them).
+
+Prints, as same-run figures (CPU seconds of this process: DuckDB's threads included):
+
+1. flat nights (issue 13 goal 1): the batch CPU of the nights after --late days of history
+   (mean of --span nights ending there) over those after --early days; goal <= 1.2x.
+   Default 60 days over 10; --large: 365 over 10.
+2. one new day / full at its size (issue 13 goal 3, at this size): the last night's batch
+   against a full recompute as of the same day on the raw events before retention, with the
+   standings rows the night rewrote over the rows the version publishes (which bounds it).
+   Both versions' standings are compared row for row.
+
+Per night it also prints the board-windows built and carried forward, the event dates whose
+rollups were read, and the CPU of release, compaction and retention.
+
+Usage: python bench/bench_nights.py [--players 20000] [--events-per-day 30000] [--days 60]
+       [--large] [--early 10] [--span 5] [--memory-limit 4GB] [--cache DIR] [--seed 0]
+       [--dirty 0.02] [--every N] [--quick]
+Run under `flock /work/notes/bench.lock` on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from app.generate import GenerateSpec
+from app.season import generate_season
+from jobs import batch
+from jobs.compact import SpeedWatermark, compact_partition
+from jobs.release import publish_version, validate_version
+from jobs.retention import apply_retention
+from jobs.sweep import sweep_orphans
+from leaderboard.manifest import Manifest, read_version
+from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process, every thread (DuckDB's) included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Night:
+    day: date
+    mode: str
+    batch_cpu: float
+    batch_wall: float
+    after_cpu: float  # release + compaction + retention + sweep
+    built: int
+    carried: int
+    dates_read: int
+    rows_written: int
+    rows_published: int
+
+
+def _season(spec: GenerateSpec, cache: Path, say: Callable[[str], None]) -> Path:
+    """The generated lake's root under `cache` (generated once per shape)."""
+    key = (f"nights-p{spec.players}-e{spec.events_per_day}-d{spec.days}-dirty{spec.dirty:g}-"
+           f"s{spec.seed}-{spec.start.isoformat()}")
+    root = cache / key
+    done = root / "complete.json"
+    if done.exists():
+        return root
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    say(f"generating {spec.days} days of {spec.events_per_day:,} events ({spec.players:,} "
+        "players)")
+    began = time.perf_counter()
+    report = generate_season(spec, load_registry(), root / "lake")
+    done.write_text(json.dumps({"accepted": report.accepted,
+                                "seconds": time.perf_counter() - began,
+                                "spec": {k: str(v) for k, v in asdict(spec).items()}}))
+    return root
+
+
+@contextmanager
+def _capped(memory_limit: str) -> Iterator[None]:
+    """Every DuckDB engine run_batch opens runs under `memory_limit`."""
+    open_engine = batch.open_engine
+
+    def capped(name: str, **options: Any) -> Any:
+        engine = open_engine(name, **options)
+        con = getattr(engine, "con", None)
+        if con is not None and memory_limit:
+            con.execute(f"SET memory_limit = '{memory_limit}'")
+        return engine
+
+    batch.open_engine = capped
+    try:
+        yield
+    finally:
+        batch.open_engine = open_engine
+
+
+def _published_rows(lake: Path, manifest: Manifest) -> int:
+    index = manifest.standings(lake)
+    return int(sum(index.column("rows").to_pylist()))
+
+
+_RANKING = re.compile(r"ranking (\d+) board-window\(s\), (\d+) carried forward; reading the "
+                      r"rollups of (\d+) event date")
+
+
+def _night(settings: Settings, day: date, *, full: bool = False,
+           dag: bool = True) -> tuple[Night, Manifest]:
+    lake = settings.lake_dir
+    messages: list[str] = []
+    cpu, wall = _cpu(), time.perf_counter()
+    result = batch.run_batch(settings, day, full=full, step=messages.append, publish=False,
+                             allow_rewind=True)
+    batch_cpu, batch_wall = _cpu() - cpu, time.perf_counter() - wall
+    built = carried = dates = 0
+    for message in messages:
+        found = _RANKING.search(message)
+        if found:
+            built, carried, dates = (int(x) for x in found.groups())
+    cpu = _cpu()
+    if dag:
+        version = result.manifest.version
+        validate_version(lake, version, registry=settings.registry, as_of=day)
+        publish_version(lake, version)
+        quiet = SpeedWatermark(present=False)
+        compact_partition(lake, day, speed=quiet)
+        apply_retention(lake, day, settings.registry.retention_days, speed=quiet)
+        sweep_orphans(lake)
+    manifest = read_version(lake, result.manifest.version)
+    night = Night(day, result.mode, batch_cpu, batch_wall, _cpu() - cpu, built, carried, dates,
+                  result.standings_rows, _published_rows(lake, manifest))
+    return night, manifest
+
+
+def _standings(lake: Path, manifest: Manifest) -> dict[tuple[str, str], pa.Table]:
+    """Every published board-window's rows (the file's window cut out)."""
+    index = manifest.standings(lake)
+    tables: dict[str, pa.Table] = {}
+    out = {}
+    for board, window_id, path in zip(index.column("board").to_pylist(),
+                                      index.column("window_id").to_pylist(),
+                                      index.column("path").to_pylist(), strict=True):
+        if path not in tables:
+            tables[path] = pq.read_table(lake / path)
+        table = tables[path]
+        out[(board, window_id)] = table.filter(
+            pc.equal(table.column("window_id"), window_id))
+    return out
+
+
+def _mean(nights: list[Night], last: int, span: int) -> float:
+    chosen = [n.batch_cpu for n in nights[max(0, last - span):last]]
+    return statistics.fmean(chosen) if chosen else float("nan")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--players", type=int, default=20_000)
+    parser.add_argument("--events-per-day", type=int, default=30_000)
+    parser.add_argument("--days", type=int, default=60)
+    parser.add_argument("--large", action="store_true", help="365 days of history")
+    parser.add_argument("--early", type=int, default=10)
+    parser.add_argument("--span", type=int, default=5, help="nights averaged per figure")
+    parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--dirty", type=float, default=0.02)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--every", type=int, default=0,
+                        help="print every Nth night (default: about 20 lines)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 14 nights of 3,000 events, 2,000 players")
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir())
+                                               / "leaderboard-bench-cache"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.days, args.events_per_day, args.players = 14, 3_000, 2_000
+        args.early, args.span = min(args.early, 5), min(args.span, 3)
+    days = 365 if args.large else args.days
+    start = date(2026, 1, 1)
+    spec = GenerateSpec(players=args.players, days=days, events_per_day=args.events_per_day,
+                        start=start, seed=args.seed, dirty=args.dirty)
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    root = _season(spec, Path(args.cache), say)
+    print(f"bench_nights: {days} nights of {args.events_per_day:,} events a day, "
+          f"{args.players:,} players, DuckDB memory_limit {args.memory_limit}")
+    every = args.every or max(1, days // 20)
+    nights: list[Night] = []
+    with tempfile.TemporaryDirectory(prefix="bench_nights_") as scratch, \
+            _capped(args.memory_limit):
+        data = Path(scratch) / "data"
+        (data / "lake").mkdir(parents=True)
+        shutil.copytree(root / "lake" / "events", data / "lake" / "events")
+        settings = Settings.from_env(data_dir=str(data))
+        print(f"{'night':>6} {'as of':>10} {'mode':>11} {'batch CPU s':>11} {'wall s':>7} "
+              f"{'after CPU s':>11} {'built':>6} {'carried':>7} {'dates read':>10} "
+              f"{'rows written':>12} {'published':>10}")
+        for number in range(1, days + 1):
+            night, last = _night(settings, start + timedelta(days=number - 1))
+            nights.append(night)
+            if number % every == 0 or number in (1, args.early, days):
+                print(f"{number:>6} {night.day.isoformat():>10} {night.mode:>11} "
+                      f"{night.batch_cpu:>11.2f} {night.batch_wall:>7.2f} "
+                      f"{night.after_cpu:>11.2f} {night.built:>6} {night.carried:>7} "
+                      f"{night.dates_read:>10} {night.rows_written:>12,} "
+                      f"{night.rows_published:>10,}", flush=True)
+        # The full recompute at the last night's size, on the raw events before retention.
+        full_data = Path(scratch) / "full"
+        (full_data / "lake").mkdir(parents=True)
+        (full_data / "lake" / "events").symlink_to(root / "lake" / "events")
+        full_settings = Settings.from_env(data_dir=str(full_data))
+        full, full_manifest = _night(full_settings, nights[-1].day, full=True, dag=False)
+        lake = settings.lake_dir
+        same = _standings(lake, last) == _standings(full_data / "lake", full_manifest)
+
+    early = _mean(nights, args.early, args.span)
+    late = _mean(nights, days, args.span)
+    ratio = late / early
+    incremental = nights[-1]
+    print()
+    print(f"flat nights: batch CPU of nights {days - args.span + 1}-{days} / nights "
+          f"{args.early - args.span + 1}-{args.early}: {late:.2f} s / {early:.2f} s = "
+          f"{ratio:.2f}x (goal <= 1.2x) {'met' if ratio <= 1.2 else 'NOT met'}")
+    share = incremental.batch_cpu / full.batch_cpu
+    print(f"one new day / full at {days} days: {incremental.batch_cpu:.2f} s / "
+          f"{full.batch_cpu:.2f} s CPU = {share:.2f} (goal <= 0.25) "
+          f"{'met' if share <= 0.25 else 'NOT met'}; wall {incremental.batch_wall:.2f} s / "
+          f"{full.batch_wall:.2f} s")
+    print(f"rows rewritten / rows published: {incremental.rows_written:,} / "
+          f"{incremental.rows_published:,} = "
+          f"{incremental.rows_written / max(1, incremental.rows_published):.2f} "
+          "(the floor of a night that re-ranks every window it touches)")
+    print(f"standings of the last night equal the full recompute's: {same}")
+    if not same:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
