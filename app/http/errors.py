@@ -43,12 +43,17 @@ _MEANINGS = {
     503: "Redis or the batch view is unavailable (Retry-After where a retry helps)",
 }
 
+#: The header a 429 always carries.
+_RETRY_AFTER = {"Retry-After": {"description": "whole seconds after which the same request "
+                                               "passes", "schema": {"type": "integer"}}}
+
 
 def documented(*statuses: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` for error statuses, each with the error body's schema; `meanings`
     (keyed `s404`, ...) word one route's reason where it is more specific."""
     return {status: {"description": meanings.get(f"s{status}", _MEANINGS[status]),
-                     "content": {"application/json": {"schema": ERROR_BODY}}}
+                     "content": {"application/json": {"schema": ERROR_BODY}},
+                     **({"headers": _RETRY_AFTER} if status == 429 else {})}
             for status in statuses}
 
 

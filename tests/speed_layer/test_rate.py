@@ -156,3 +156,30 @@ def test_batch_and_speed_agree_on_what_was_held(tmp_path, redis_client):
     assert [(e["player_id"], e["score"]) for e in
             after.top("global", 10, window="all-time")["entries"]] == [("alice", 10),
                                                                       ("bob", 8)]
+
+
+def test_limits_and_a_release_on_a_cluster(tmp_path, redis_cluster):
+    """On a three-node Redis Cluster: the players' counters spread over the nodes, the
+    server's token bucket (one key, one slot) holds, and a held event is released once."""
+    from app.http.ratelimit import admit
+    from leaderboard.quarantine import list_quarantine
+    from speed_layer.review import release_rows
+
+    cluster = redis_cluster.client
+    settings = _settings(tmp_path, limit=1)
+    speed = SpeedLayer(cluster, settings.registry, settings.lake_dir)
+    players = [f"p{n}" for n in range(12)]
+    report = _ingest(settings, speed, [(f"m{k}", p, 1) for p in players for k in range(2)])
+    assert (report.accepted, report.rejected) == (12, 12)
+    holders = {node.name for node in cluster.get_primaries()
+               if next(node.redis_connection.scan_iter(match="lb:rate:*"), None) is not None}
+    assert len(holders) > 1
+    assert [admit(cluster, "s1", 0.001, 2, 1).allowed for _ in range(3)] == [True, True, False]
+    held, _ = list_quarantine(settings.lake_dir, limit=1)
+    outcomes, fold_error = release_rows(speed, [held[0].id, held[0].id], NOW + timedelta(hours=1))
+    assert ([o.status for o in outcomes], fold_error) == (["released"], None)
+    again, _ = release_rows(speed, [held[0].id], NOW + timedelta(hours=1))
+    assert again[0].status == "already_released"
+    assert sum(1 for r in _rows(settings.lake_dir, "events")
+               if (r["match_id"], r["player_id"]) == (held[0].values["match_id"],
+                                                      held[0].values["player_id"])) == 1
