@@ -449,21 +449,40 @@ def _read_command(handler: Callable[[argparse.Namespace], int]
     return run
 
 
+def name_of(entry: dict[str, Any]) -> str:
+    """A listed player's display name for a table ('' when unset)."""
+    return entry.get("display_name") or ""
+
+
 def _entries_table(title: str, entries: list[dict[str, Any]], mark: str | None = None) -> Table:
+    """Ranked entries; a `name` column when any listed player has a display name."""
+    named = any(entry.get("display_name") for entry in entries)
     table = Table(title=title, title_justify="left")
     table.add_column("rank", justify="right")
     table.add_column("player")
+    if named:
+        table.add_column("name")
     table.add_column("score", justify="right")
     for entry in entries:
         style = "bold" if entry["player_id"] == mark else None
-        table.add_row(str(entry["rank"]), entry["player_id"], f"{entry['score']:,}", style=style)
+        table.add_row(str(entry["rank"]), entry["player_id"],
+                      *([name_of(entry)] if named else []), f"{entry['score']:,}", style=style)
     return table
 
 
 def render_top(answer: dict[str, Any]) -> Table:
-    """A `top` answer as a table (the CLI and the demo print the same)."""
-    return _entries_table(f"{answer['board']} {answer['window']}: top {len(answer['entries'])} "
-                          f"of {answer['total']:,}", answer["entries"])
+    """A `top` answer as a table (the CLI and the demo print the same); the cursor of the
+    next page, if any, under it."""
+    entries = answer["entries"]
+    first = entries[0]["rank"] if entries else 0
+    shown = (f"top {len(entries)}" if first <= 1 else
+             f"{len(entries)} from rank {first:,}")
+    table = _entries_table(f"{answer['board']} {answer['window']}: {shown} "
+                           f"of {answer['total']:,}", entries)
+    if answer.get("next_cursor"):
+        table.caption = f"next page: --cursor {answer['next_cursor']}"
+        table.caption_justify = "left"
+    return table
 
 
 def render_rank(answer: dict[str, Any]) -> str:
@@ -521,7 +540,7 @@ def _cmd_top(args: argparse.Namespace) -> int:
     from serving.service import MAX_TOP_N
 
     n = _bounded(args.n, "-n", 1, MAX_TOP_N)
-    answer = _query(args, lambda boards: boards.top(args.board, n, args.window))
+    answer = _query(args, lambda boards: boards.top(args.board, n, args.window, args.cursor))
     return _emit(args, answer, render_top)
 
 
@@ -761,6 +780,7 @@ def _parser() -> argparse.ArgumentParser:
     top = add("top", _cmd_top, "The top N of a board (batch merged with the speed layer).")
     top.add_argument("board")
     top.add_argument("-n", type=int, default=10, help="how many (1-1000, default 10)")
+    top.add_argument("--cursor", help="the next page: next_cursor of the previous answer")
     window_flag(top)
     rank = add("rank", _cmd_rank, "A player's live rank, score, percentile and change.")
     rank.add_argument("board")
@@ -772,12 +792,16 @@ def _parser() -> argparse.ArgumentParser:
     around.add_argument("-k", type=int, default=5, help="players above and below (1-50)")
     window_flag(around)
     pct = add("percentiles", _cmd_percentiles,
-              "The score needed now to be in the top x% of a board (batch + speed).")
+              "The score needed now to be in the top x percent of a board (batch + speed).")
     pct.add_argument("board")
     pct.add_argument("--top", type=float, action="append", metavar="X",
                      help="a top percent in (0, 100]; repeat for more (default 1 5 10 25 50 "
                           "75 90 100)")
     window_flag(pct)
+
+    from app.cli_reads import register
+
+    register(add, window_flag)  # friends, history, boards, profile
 
     serve = add("serve", _cmd_serve, "Serve the HTTP API (OpenAPI docs at /docs).")
     serve.add_argument("--host", default="127.0.0.1")

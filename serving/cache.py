@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -73,6 +73,7 @@ class _Entry:
     value: Any
     computed_at: float
     size: int = 0
+    players: frozenset[str] = frozenset()  # the players the answer lists
 
 
 def _size(value: Any) -> int:
@@ -121,6 +122,11 @@ class TopCache:
         """The cached value of `key`, computed by one caller at a time when it is missing or
         older than the TTL. While `compute` fails with an `unavailable` error the previous
         value is returned if younger than `max_stale`; other errors propagate."""
+        return self._get(key, lambda: (compute(), frozenset()))
+
+    def _get(self, key: Hashable, compute: Callable[[], tuple[T, frozenset[str]]]) -> T:
+        """`get`, where `compute` also names the players its value lists (for
+        `forget_players`)."""
         with self._lock:
             now = self.clock()
             entry = self._entries.get(key)
@@ -147,7 +153,7 @@ class TopCache:
                 return flight.value  # type: ignore[return-value]
             return cast(T, self._fallback(key, flight.error))
         try:
-            value = compute()
+            value, players = compute()
         except BaseException as exc:
             with self._lock:
                 self._failures += 1
@@ -161,7 +167,7 @@ class TopCache:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= old.size
-            entry = self._entries[key] = _Entry(value, self.clock(), _size(value))
+            entry = self._entries[key] = _Entry(value, self.clock(), _size(value), players)
             self._bytes += entry.size
             while self._entries and (len(self._entries) > self.max_entries
                                      or self._bytes > self.max_bytes):
@@ -197,6 +203,16 @@ class TopCache:
             self._entries.clear()
             self._bytes = 0
 
+    def forget_players(self, players: Iterable[str]) -> int:
+        """Forget every answer that lists one of `players` (their profile changed, so the
+        display name it holds is old); returns how many were forgotten."""
+        wanted = frozenset(players)
+        with self._lock:
+            gone = [key for key, entry in self._entries.items() if entry.players & wanted]
+            for key in gone:
+                self._bytes -= self._entries.pop(key).size
+        return len(gone)
+
     def stats(self) -> CacheStats:
         with self._lock:
             return CacheStats(self._hits, self._misses, self._coalesced, self._stale,
@@ -231,10 +247,11 @@ class TopCache:
             tag = last
         key = (tag, found_board.name, found.id, n, cursor or "", encode)
 
-        def compute() -> Any:
+        def compute() -> tuple[Any, frozenset[str]]:
             if failure is not None:
                 raise failure
             answer = boards.top(found_board.name, n, found.id, cursor)
-            return answer if encode is None else encode(answer)
+            listed = frozenset(e["player_id"] for e in answer["entries"])
+            return (answer if encode is None else encode(answer)), listed
 
-        return self.get(key, compute)
+        return self._get(key, compute)

@@ -30,6 +30,7 @@ from serving.base import load_base
 from serving.basecache import DEFAULT_BASE_CACHE_BYTES, BaseCache
 from serving.merge import MergedBoard
 from serving.percentiles import keys_at, position_for, top_percent
+from serving.profiles import ProfileCache
 
 __all__ = ["MAX_AROUND_K", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED", "Leaderboards", "QueryError",
            "decode_cursor", "encode_cursor"]
@@ -70,6 +71,7 @@ class Leaderboards:
         self._clock: Callable[[], float] = time.monotonic
         self._pointer: tuple[float, SpeedVersion | None] | None = None
         self.bases = BaseCache(base_cache_bytes)
+        self.profiles = ProfileCache(client, self.lake)
 
     # -- version and windows ----------------------------------------------------------------
 
@@ -133,6 +135,14 @@ class Leaderboards:
         return MergedBoard(board, found, bits, base, self.client,
                            BoardWindowKeys(board.name, found.id, loaded.version.tag)), loaded
 
+    def _named(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`entries` with each player's `display_name` (None when unset), fetched in one
+        HMGET for the whole answer."""
+        names = self.profiles.names([e["player_id"] for e in entries])
+        for entry, name in zip(entries, names, strict=True):
+            entry["display_name"] = name
+        return entries
+
     # -- queries ----------------------------------------------------------------------------
 
     def player(self, board: str, player: str, window: str | None = None) -> dict[str, Any]:
@@ -140,6 +150,7 @@ class Leaderboards:
         entry, total, position = merged.lookup(player)
         answer: dict[str, Any] = {"board": merged.board.name, "window": merged.window.id,
                                   "player_id": player}
+        self._named([answer])
         yesterday: dict[str, Any] | None = None
         if loaded.view is not None and position is not None:
             yesterday = {"rank": merged.base.rank_at(position),
@@ -166,17 +177,19 @@ class Leaderboards:
         total = merged.total()
         following = offset + len(entries)
         return {"board": merged.board.name, "window": merged.window.id, "total": total,
-                "entries": [e.as_dict() for e in entries],
+                "entries": self._named([e.as_dict() for e in entries]),
                 "next_cursor": encode_cursor(following) if following < total else None}
 
     def around(self, board: str, player: str, k: int = 5,
                window: str | None = None) -> dict[str, Any]:
         merged = self.merged(board, window)
         me, above, below = merged.around(player, k)
+        listed = self._named([e.as_dict() for e in [*above, *([] if me is None else [me]),
+                                                    *below]])
         return {"board": merged.board.name, "window": merged.window.id,
-                "player": None if me is None else me.as_dict(),
+                "player": None if me is None else listed[len(above)],
                 "status": UNRANKED if me is None else "ranked",
-                "above": [e.as_dict() for e in above], "below": [e.as_dict() for e in below]}
+                "above": listed[:len(above)], "below": listed[len(listed) - len(below):]}
 
     def friends(self, board: str, players: Sequence[str],
                 window: str | None = None) -> dict[str, Any]:
@@ -184,7 +197,8 @@ class Leaderboards:
         ranked = merged.friends(players)
         known = {e.player_id for e in ranked}
         return {"board": merged.board.name, "window": merged.window.id,
-                "entries": [{**e.as_dict(), "friend_rank": i + 1} for i, e in enumerate(ranked)],
+                "entries": self._named([{**e.as_dict(), "friend_rank": i + 1}
+                                        for i, e in enumerate(ranked)]),
                 "unranked": [p for p in dict.fromkeys(players) if p not in known]}
 
     def percentiles(self, board: str, window: str | None = None,

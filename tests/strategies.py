@@ -28,6 +28,7 @@ __all__ = [
     "aggregations",
     "base_registry_raw",
     "dates",
+    "display_names",
     "event_row",
     "event_streams",
     "explicit_seasons",
@@ -84,6 +85,14 @@ def match_ids() -> st.SearchStrategy[str]:
     line/paragraph separator characters."""
     printable = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Cf", "Zl", "Zp"))
     return st.text(printable, min_size=1, max_size=128).filter(lambda s: s.strip() != "")
+
+
+def display_names() -> st.SearchStrategy[str]:
+    """Any text a client might send as a display name: printable or not, composed or
+    decomposed, up to twice the limit (the validator decides)."""
+    return st.text(st.characters(codec="utf-8"), min_size=0, max_size=64) | st.text(
+        st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Cf", "Zl", "Zp", "Zs",
+                                                         "Co", "Cn")), min_size=1, max_size=40)
 
 
 def player_pools(min_size: int = 1, max_size: int = 8) -> st.SearchStrategy[list[str]]:

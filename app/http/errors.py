@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from leaderboard.manifest import ManifestError
 from leaderboard.speed_keys import StateLost
@@ -94,6 +95,16 @@ def _rule(error: Mapping[str, Any]) -> str:
     return str(error.get("msg", ""))
 
 
+def _allowed(request: Request) -> str:
+    """Every method some route takes on this path: Starlette's 405 names only the first
+    route matching the path, and a path may have a route per method (a profile's GET, PUT)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map each exception the routes let through to its status and error code."""
     async def api_error(request: Request, exc: Exception) -> Response:
@@ -136,7 +147,10 @@ def install_error_handlers(app: FastAPI) -> None:
         message = {404: f"no route {request.url.path}; see /docs for the API",
                    405: f"{request.method} is not allowed on {request.url.path}"}.get(
             exc.status_code, str(exc.detail))
-        return error_response(exc.status_code, code, message, exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed(request)
+        return error_response(exc.status_code, code, message, headers)
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

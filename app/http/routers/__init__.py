@@ -2,8 +2,9 @@
 (admin, ops). Each gets the app's `Service` by dependency (`app.http.service.ServiceDep`);
 `app.http.create_app` includes them."""
 
-from app.http.routers import admin, ingest, ops, quarantine, reads
+from app.http.routers import admin, ingest, ops, profiles, quarantine, reads
 
 __all__ = ["ROUTERS"]
 
-ROUTERS = (ingest.router, reads.router, admin.router, quarantine.router, ops.router)
+ROUTERS = (ingest.router, reads.router, profiles.router, admin.router, quarantine.router,
+           ops.router)

@@ -1,0 +1,161 @@
+"""Player profiles: game servers set a player's display name, country and avatar; anyone
+reads them (and every listing carries the display name).
+
+A write is durable in the lake's profile log first, then put in the serving cache (Redis);
+the worker that took it forgets its cached top-N pages listing the player, so its next
+listing shows the new name (other workers' pages age out within LEADERBOARD_TOP_TTL).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import redis
+from fastapi import APIRouter, Header, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials
+from starlette.concurrency import run_in_threadpool
+
+from app.http.auth import (
+    SERVER_BEARER,
+    SERVER_KEY,
+    SERVER_SIGNATURE,
+    check_server,
+    check_signed,
+    token_of,
+)
+from app.http.errors import ApiError, documented
+from app.http.params import PlayerId, json_answer
+from app.http.service import Service, ServiceDep
+from leaderboard.profiles import (
+    AVATAR_URL_MAX,
+    COUNTRY_CODES,
+    DISPLAY_NAME_MAX,
+    DISPLAY_NAME_RAW_MAX,
+    Profile,
+    ProfileError,
+    parse_profile,
+    write_profile,
+)
+
+__all__ = ["PROFILE_BODY_SCHEMA", "PROFILE_SCHEMA", "router"]
+
+router = APIRouter(tags=["profiles"])
+
+#: The body of a PUT. What a schema cannot state (printable characters, the length after
+#: NFC normalisation, a host in the URL) is checked by `leaderboard.profiles.parse_profile`
+#: and answered 422 with a specific error code.
+PROFILE_BODY_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["display_name"], "additionalProperties": False,
+    "properties": {
+        "display_name": {"type": "string", "minLength": 1, "maxLength": DISPLAY_NAME_RAW_MAX,
+                         "description": f"1-{DISPLAY_NAME_MAX} printable Unicode characters "
+                                        "after NFC normalisation (stored normalised); no "
+                                        "control, format or separator characters other than "
+                                        "the space, no leading or trailing space"},
+        "country": {"anyOf": [{"type": "string", "enum": list(COUNTRY_CODES)},
+                              {"type": "null"}],
+                    "description": "ISO 3166-1 alpha-2, upper case (KR, BR, DE); optional"},
+        "avatar_url": {"anyOf": [{"type": "string", "maxLength": AVATAR_URL_MAX,
+                                  "pattern": r"^https://[!-~]+$"}, {"type": "null"}],
+                       "description": "an https URL with a host, ASCII without spaces "
+                                      "(percent-encode the rest); optional"},
+    },
+}
+#: A stored profile, as GET and PUT answer it.
+PROFILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["player_id", "display_name", "country", "avatar_url", "updated_at"],
+    "properties": {
+        "player_id": {"type": "string"},
+        "display_name": {"type": "string"},
+        "country": {"type": ["string", "null"]},
+        "avatar_url": {"type": ["string", "null"]},
+        "updated_at": {"type": "string", "format": "date-time"},
+    },
+}
+_ANSWER = {"content": {"application/json": {"schema": PROFILE_SCHEMA}}}
+
+
+def _fields(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ApiError(400, "bad_json", 'the body is not JSON; send {"display_name": "...", '
+                                        '"country": "KR", "avatar_url": "https://..."}') from None
+    if not isinstance(data, dict):
+        raise ApiError(422, "invalid_profile", 'the body must be a JSON object: '
+                                               '{"display_name": "...", ...}')
+    return data
+
+
+def _save(service: Service, profile: Profile, server_id: str) -> Profile:
+    """The lake first (durable), then the serving cache; this worker's cached listings of
+    the player are forgotten."""
+    stored = write_profile(service.settings.lake_dir, profile, service.settings.now(),
+                           server_id)
+    try:
+        service.boards.profiles.store([stored])
+    except redis.RedisError as exc:
+        raise ApiError(503, "unavailable",
+                       f"the profile is saved in the lake, but the serving cache (Redis) is "
+                       f"unavailable ({exc}): send the same request again shortly so "
+                       "listings show it", headers={"Retry-After": "5"}) from None
+    finally:
+        service.cache.forget_players([profile.player_id])
+    return stored
+
+
+@router.put("/v1/players/{player_id}/profile", summary="Set a player's profile",
+            openapi_extra={"requestBody": {"required": True, "content": {
+                "application/json": {"schema": PROFILE_BODY_SCHEMA}}}},
+            responses={200: {"description": "the profile as stored", **_ANSWER},
+                       **documented(400, 401, 403, 413, 422, 503,
+                                    s400="the body is not JSON",
+                                    s413="the body is over 16 KiB",
+                                    s401="no credential, or a signature without X-Timestamp",
+                                    s403="a wrong key or signature",
+                                    s422="a field breaks the rules: `error` is "
+                                         "invalid_display_name, invalid_country, "
+                                         "invalid_avatar_url or invalid_profile")})
+async def put_profile(
+    service: ServiceDep, request: Request, player_id: PlayerId,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(SERVER_BEARER)] = None,
+    x_api_key: Annotated[str | None, Security(SERVER_KEY)] = None,
+    x_signature: Annotated[str | None, Security(SERVER_SIGNATURE)] = None,
+    x_server_id: Annotated[str | None, Header(description="the signing server (with "
+                                                          "X-Signature)")] = None,
+    x_timestamp: Annotated[str | None, Header(description="Unix seconds the signature "
+                                                          "covers (with X-Signature)")] = None,
+) -> Any:
+    """A game server's credential, as for `POST /v1/events`. Latest write wins; every write
+    is kept in the lake's profile log."""
+    keys = service.config.keys
+    server_id = check_server(keys, token_of(bearer, x_api_key),
+                             signed=bool(x_server_id and x_signature))
+    body = await request.body()
+    if len(body) > 16_384:
+        raise ApiError(413, "body_too_large", "a profile body is at most 16 KiB")
+    if server_id is None:
+        assert x_server_id is not None
+        assert x_signature is not None
+        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
+                                 service.settings.now())
+    try:
+        profile = parse_profile(player_id, _fields(body))
+    except ProfileError as exc:
+        raise ApiError(422, exc.code, str(exc)) from None
+    stored = await run_in_threadpool(_save, service, profile, server_id)
+    return json_answer(stored.as_dict())
+
+
+@router.get("/v1/players/{player_id}/profile", summary="A player's profile",
+            responses={200: {"description": "the latest profile", **_ANSWER},
+                       **documented(404, 422, 503, s404="the player has no profile")})
+async def get_profile(service: ServiceDep, player_id: PlayerId) -> Any:
+    found = service.boards.profiles.get(player_id)
+    if found is None:
+        raise ApiError(404, "profile_not_found",
+                       f"player {player_id} has no profile; a game server sets one with PUT "
+                       f"/v1/players/{player_id}/profile")
+    return json_answer(found)

@@ -1,0 +1,121 @@
+"""The serving cache of player profiles: one Redis hash, read in one HMGET per answer.
+
+`lb:profiles` maps a player id to `<order>\\n<profile JSON>` (the latest write, by the lake
+log's `order`), plus one field `""` (no player id is empty) that says the hash was loaded
+from the lake. Every read asks for that field in the same HMGET as the players, so a hash
+that lost its data (a flush, a restart without the AOF) is seen on the next read and
+reloaded from the lake's profile log then (`leaderboard.profiles`), before answering. Writes
+go through one script that keeps a value only if its order is greater than the one there,
+so a reload racing a new write, or two writers racing each other, leave the latest write.
+About 100-200 bytes a profile in Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from leaderboard.profiles import PROFILES_KEY, Profile, latest_profiles
+from leaderboard.timeutil import format_instant
+from serving.merge import registered_script
+
+__all__ = ["LOADED_FIELD", "ProfileCache"]
+
+#: The field that marks the hash as loaded from the lake (no player id is empty).
+LOADED_FIELD = ""
+_CHUNK = 1000
+
+#: KEYS[1]: the hash. ARGV: (player, order, value) triples; a value replaces the one there
+#: only if its order is greater. Returns how many were written.
+SET_NEWER_SCRIPT = """
+local written = 0
+for i = 1, #ARGV, 3 do
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  local older = true
+  if old then
+    local cut = string.find(old, '\\n', 1, true)
+    older = cut ~= nil and string.sub(old, 1, cut - 1) < ARGV[i + 1]
+  end
+  if older then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. '\\n' .. ARGV[i + 2])
+    written = written + 1
+  end
+end
+return written
+"""
+
+
+def _encode(profile: Profile) -> str:
+    return json.dumps({"display_name": profile.display_name, "country": profile.country,
+                       "avatar_url": profile.avatar_url,
+                       "updated_at": None if profile.updated_at is None
+                       else format_instant(profile.updated_at)}, ensure_ascii=False,
+                      separators=(",", ":"))
+
+
+def _decode(raw: bytes | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    return json.loads(raw.partition(b"\n")[2])  # type: ignore[no-any-return]
+
+
+class ProfileCache:
+    """Latest profiles for serving, from Redis, reloaded from the lake when Redis lost them."""
+
+    def __init__(self, client: redis.Redis, lake: Path) -> None:
+        self.client = client
+        self.lake = Path(lake)
+        self._set_newer = registered_script(client, SET_NEWER_SCRIPT)
+
+    def store(self, profiles: Iterable[Profile]) -> int:
+        """Put profiles in the cache, each only if newer than the one there (pipelined
+        script calls of _CHUNK); returns how many were written."""
+        pipe = self.client.pipeline(transaction=False)
+        calls = 0
+        batch: list[str] = []
+        for profile in profiles:
+            batch += [profile.player_id, profile.order, _encode(profile)]
+            if len(batch) >= 3 * _CHUNK:
+                self._set_newer(keys=[PROFILES_KEY], args=batch, client=pipe)
+                batch, calls = [], calls + 1
+        if batch:
+            self._set_newer(keys=[PROFILES_KEY], args=batch, client=pipe)
+            calls += 1
+        return sum(int(n) for n in pipe.execute()) if calls else 0
+
+    def reload(self, now: datetime | None = None) -> int:
+        """Load every player's latest profile from the lake's log, then mark the hash
+        loaded (last, so a reader never takes a half-loaded hash for a whole one); returns
+        how many profiles the log holds. Safe to run while writes go on, and twice at once."""
+        latest = latest_profiles(self.lake)
+        self.store(latest.values())
+        self.client.hset(PROFILES_KEY, LOADED_FIELD,
+                         "loaded" if now is None else format_instant(now))
+        return len(latest)
+
+    def _fetch(self, players: Sequence[str]) -> list[bytes | None]:
+        """The raw values of `players`, one HMGET (two and a reload after a loss)."""
+        found = self.client.hmget(PROFILES_KEY, [LOADED_FIELD, *players])
+        if found[0] is None:
+            self.reload()
+            found = self.client.hmget(PROFILES_KEY, [LOADED_FIELD, *players])
+        return [value if isinstance(value, bytes | None) else value.encode()
+                for value in found[1:]]
+
+    def names(self, players: Sequence[str]) -> list[str | None]:
+        """Each player's display name (None when unset), in one round trip."""
+        if not players:
+            return []
+        return [None if value is None else value["display_name"]
+                for value in map(_decode, self._fetch(players))]
+
+    def get(self, player: str) -> dict[str, Any] | None:
+        """A player's latest profile (player_id, display_name, country, avatar_url,
+        updated_at), or None."""
+        value = _decode(self._fetch([player])[0])
+        return None if value is None else {"player_id": player, **value}

@@ -1,0 +1,160 @@
+"""Profiles over HTTP against a real Redis and lake: PUT with a game server's credential,
+GET, each bad field answered 422 with its own error code, display names in every listing
+route, and the top-N page of the worker that took a rename showing it at once."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import warnings
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pytest
+
+from app.http import ApiKeys, HttpConfig, create_app
+from leaderboard.lake import LandingWriter
+from leaderboard.profiles import history_of
+from leaderboard.schema import TIMESTAMP
+from leaderboard.settings import Settings
+from speed_layer.ingest import Ingestor
+from speed_layer.service import SpeedLayer
+
+with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is installed
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.redis
+
+NOW = datetime(2026, 12, 1, 18, tzinfo=UTC)
+KEY = "eu-1-key-0123456789abcdef"
+SECRET = "na-1-secret-0123456789abcdef"
+ADMIN = "admin-key-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture
+def http(tmp_path, redis_client):
+    """ann 9, bob 5, carol 3 on region:na in the speed layer; the app with a 5 s top TTL."""
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "data"),
+                                  "LEADERBOARD_NOW": NOW.isoformat()})
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    players = [("ann", 9), ("bob", 5), ("carol", 3)]
+    table = pa.table({
+        "match_id": ["m1"] * 3, "player_id": [p for p, _ in players],
+        "points": pa.array([n for _, n in players], pa.int64()),
+        "event_time": pa.array([NOW - timedelta(hours=2)] * 3, TIMESTAMP),
+        "region": ["na"] * 3, "mode": ["ranked"] * 3, "server_id": ["s1"] * 3})
+    with LandingWriter(settings.lake_dir, "t") as writer:
+        Ingestor(settings.registry, writer, speed).ingest(table, now=NOW - timedelta(hours=1),
+                                                          source="t")
+    keys = ApiKeys.parse({"servers": {"eu-1": KEY, "na-1": {"secret": SECRET}},
+                          "admin_key": ADMIN})
+    app = create_app(settings, HttpConfig(keys=keys, top_ttl=5.0), client=redis_client)
+    with TestClient(app) as client:
+        client.lake = settings.lake_dir
+        yield client
+
+
+def _put(http, player, body, headers=AUTH):
+    return http.put(f"/v1/players/{player}/profile", content=json.dumps(body).encode(),
+                    headers=headers)
+
+
+def test_put_then_get_a_profile(http):
+    answer = _put(http, "ann", {"display_name": "Ann\u0301e", "country": "KR",
+                                "avatar_url": "https://cdn.example/ann.png"})
+    assert answer.status_code == 200, answer.text
+    stored = {"player_id": "ann", "display_name": "Ann\u0301e", "country": "KR",
+              "avatar_url": "https://cdn.example/ann.png", "updated_at": "2026-12-01T18:00:00Z"}
+    stored["display_name"] = "An\u0144e"  # NFC: n + combining acute is one character
+    assert answer.json() == stored
+    assert http.get("/v1/players/ann/profile").json() == stored
+    # Latest write wins; the lake keeps both.
+    assert _put(http, "ann", {"display_name": "Ann"}).json()["country"] is None
+    assert http.get("/v1/players/ann/profile").json()["display_name"] == "Ann"
+    assert [p.display_name for p in history_of(http.lake, "ann")] == ["An\u0144e", "Ann"]
+    missing = http.get("/v1/players/zed/profile")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "profile_not_found"
+    assert "PUT /v1/players/zed/profile" in missing.json()["message"]
+
+
+def test_a_signed_put_is_accepted(http):
+    body = json.dumps({"display_name": "Bob"}).encode()
+    stamp = str(int(NOW.timestamp()))
+    digest = hmac.new(SECRET.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    answer = http.put("/v1/players/bob/profile", content=body, headers={
+        "X-Server-Id": "na-1", "X-Timestamp": stamp, "X-Signature": f"sha256={digest}"})
+    assert answer.status_code == 200, answer.text
+    tampered = http.put("/v1/players/bob/profile", content=body.replace(b"Bob", b"Eve"),
+                        headers={"X-Server-Id": "na-1", "X-Timestamp": stamp,
+                                 "X-Signature": f"sha256={digest}"})
+    assert tampered.status_code == 403
+    assert http.get("/v1/players/bob/profile").json()["display_name"] == "Bob"
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    ({}, 401), ({"Authorization": "Bearer not-a-key-0123456789"}, 403),
+    ({"X-API-Key": ADMIN}, 403),  # the admin key is not a game server's
+])
+def test_a_put_needs_a_game_servers_credential(http, headers, status):
+    answer = _put(http, "ann", {"display_name": "Mallory"}, headers)
+    assert answer.status_code == status
+    assert set(answer.json()) >= {"error", "message"}
+    assert not history_of(http.lake, "ann")
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    ({"display_name": "x" * 33}, "invalid_display_name"),
+    ({"display_name": "a\u202eb"}, "invalid_display_name"),
+    ({"country": "KR"}, "invalid_display_name"),
+    ({"display_name": "ann", "country": "Korea"}, "invalid_country"),
+    ({"display_name": "ann", "avatar_url": "http://cdn.example/a.png"}, "invalid_avatar_url"),
+    ({"display_name": "ann", "level": 3}, "invalid_profile"),
+    (["ann"], "invalid_profile"),
+])
+def test_bad_input_is_a_422_with_a_specific_code(http, body, code):
+    answer = _put(http, "ann", body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == code
+    assert answer.json()["message"]
+    assert not history_of(http.lake, "ann")  # nothing landed
+
+
+def test_bad_json_and_bad_ids(http):
+    answer = http.put("/v1/players/ann/profile", content=b"{nope", headers=AUTH)
+    assert (answer.status_code, answer.json()["error"]) == (400, "bad_json")
+    assert _put(http, "bad id!", {"display_name": "x"}).status_code == 422
+    assert http.get("/v1/players/bad%20id!/profile").status_code == 422
+
+
+def test_every_listing_route_carries_display_names(http):
+    assert _put(http, "ann", {"display_name": "Ann Lee"}).status_code == 200
+    top = http.get("/v1/boards/region:na/top").json()["entries"]
+    assert [(e["player_id"], e["display_name"]) for e in top] == [
+        ("ann", "Ann Lee"), ("bob", None), ("carol", None)]
+    around = http.get("/v1/boards/region:na/players/bob/around", params={"k": 1}).json()
+    assert around["above"][0]["display_name"] == "Ann Lee"
+    assert around["player"]["display_name"] is None
+    friends = http.get("/v1/boards/region:na/friends", params={"ids": "carol,ann"}).json()
+    assert [e["display_name"] for e in friends["entries"]] == ["Ann Lee", None]
+    assert http.get("/v1/boards/region:na/players/ann").json()["display_name"] == "Ann Lee"
+
+
+def test_a_rename_shows_in_the_cached_top_at_once(http):
+    """The top-N page is cached for 5 s; the worker that took the rename forgets it."""
+    first = http.get("/v1/boards/region:na/top").json()["entries"]
+    assert first[1]["display_name"] is None
+    assert _put(http, "bob", {"display_name": "Robert"}).status_code == 200
+    again = http.get("/v1/boards/region:na/top").json()["entries"]
+    assert [(e["player_id"], e["display_name"]) for e in again][1] == ("bob", "Robert")
+
+
+def test_a_405_allows_every_method_of_the_path(http):
+    """GET and PUT are two routes on one path: Starlette's 405 named the first one only."""
+    answer = http.delete("/v1/players/ann/profile")
+    assert answer.status_code == 405
+    assert answer.headers["allow"] == "GET, PUT"
+    assert answer.json()["error"] == "method_not_allowed"

@@ -1,0 +1,122 @@
+"""Profiles in the core: what a profile may hold, and the lake's append-only profile log
+(latest write wins, history kept, compaction that changes no read)."""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import UTC, datetime, timedelta
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from strategies import display_names
+
+from leaderboard.countries import COUNTRIES
+from leaderboard.profiles import (
+    Profile,
+    ProfileError,
+    compact_log,
+    history_of,
+    latest_profiles,
+    parse_profile,
+    profiles_dir,
+    read_log,
+    write_profile,
+)
+
+AT = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+def test_a_valid_profile_is_normalised_nfc():
+    decomposed = "Jose\u0301"  # e + combining acute: 5 code points, 4 characters in NFC
+    profile = parse_profile("p1", {"display_name": decomposed, "country": "KR",
+                                   "avatar_url": "https://cdn.example/a.png"})
+    assert profile == Profile("p1", "Jos\u00e9", "KR", "https://cdn.example/a.png")
+    assert parse_profile("p1", {"display_name": "대한민국"}).country is None
+
+
+@pytest.mark.parametrize(("fields", "code", "says"), [
+    ({}, "invalid_display_name", "display_name is required"),
+    ({"display_name": ""}, "invalid_display_name", "0 characters"),
+    ({"display_name": "x" * 33}, "invalid_display_name", "33 characters"),
+    ({"display_name": "a\u202eb"}, "invalid_display_name", "U+202E (Cf)"),
+    ({"display_name": "a\nb"}, "invalid_display_name", "U+000A (Cc)"),
+    ({"display_name": "\ud800"}, "invalid_display_name", "U+D800 (Cs)"),
+    ({"display_name": " ann"}, "invalid_display_name", "trimmed"),
+    ({"display_name": 7}, "invalid_display_name", "must be a string"),
+    ({"display_name": "ann", "country": "kr"}, "invalid_country", "upper case: 'KR'"),
+    ({"display_name": "ann", "country": "XX"}, "invalid_country", "not an ISO 3166-1"),
+    ({"display_name": "ann", "country": "KOR"}, "invalid_country", "alpha-2"),
+    ({"display_name": "ann", "avatar_url": "http://cdn.example/a.png"}, "invalid_avatar_url",
+     "http and other schemes are refused"),
+    ({"display_name": "ann", "avatar_url": "https://"}, "invalid_avatar_url", "with a host"),
+    ({"display_name": "ann", "avatar_url": "https://[::1"}, "invalid_avatar_url", "with a host"),
+    ({"display_name": "ann", "avatar_url": "https://a.example/\u00e9"}, "invalid_avatar_url",
+     "percent-encode"),
+    ({"display_name": "ann", "nick": "x"}, "invalid_profile", "unknown field 'nick'"),
+])
+def test_bad_fields_name_the_rule(fields, code, says):
+    with pytest.raises(ProfileError) as raised:
+        parse_profile("p1", fields)
+    assert raised.value.code == code
+    assert says in str(raised.value)
+
+
+@given(display_names())
+def test_a_name_is_accepted_iff_1_to_32_printable_characters_after_nfc(raw):
+    name = unicodedata.normalize("NFC", raw)
+    valid = (1 <= len(name) <= 32 and name.isprintable() and name.strip() == name)
+    try:
+        stored = parse_profile("p", {"display_name": raw}).display_name
+    except ProfileError:
+        assert not valid
+    else:
+        assert valid
+        assert stored == name
+
+
+def test_the_country_list_is_the_real_one():
+    assert len(COUNTRIES) == 249
+    assert COUNTRIES["KR"] == "South Korea"
+    assert {"BR", "DE", "US", "GB", "SS", "XK"} - set(COUNTRIES) == {"XK"}  # XK: not ISO
+
+
+def test_latest_write_wins_and_the_history_is_kept(lake):
+    write_profile(lake, Profile("p1", "Ann"), AT, "eu-1")
+    write_profile(lake, Profile("p2", "Bob", "BR"), AT, "eu-1")
+    # The same instant (a frozen clock): the later write still wins.
+    write_profile(lake, Profile("p1", "Annie", "KR"), AT, "na-1")
+    latest = latest_profiles(lake)
+    assert {p: (v.display_name, v.country) for p, v in latest.items()} == {
+        "p1": ("Annie", "KR"), "p2": ("Bob", "BR")}
+    assert [p.display_name for p in history_of(lake, "p1")] == ["Ann", "Annie"]
+    # A write stamped earlier (a replayed --now) loses to the later stamp.
+    write_profile(lake, Profile("p1", "Old"), AT - timedelta(days=1), "cli")
+    assert latest_profiles(lake)["p1"].display_name == "Annie"
+    assert [p.display_name for p in history_of(lake, "p1")] == ["Old", "Ann", "Annie"]
+
+
+def test_compaction_keeps_every_write_and_reads_the_same(lake):
+    for i in range(5):
+        write_profile(lake, Profile(f"p{i % 2}", f"name {i}"), AT + timedelta(seconds=i), "s")
+    before = read_log(lake)
+    assert compact_log(lake) == 5
+    files = sorted(profiles_dir(lake).glob("*.parquet"))
+    assert len(files) == 1
+    assert read_log(lake).equals(before)
+    assert compact_log(lake) == 0  # one file: nothing to do
+    write_profile(lake, Profile("p0", "newest"), AT + timedelta(minutes=1), "s")
+    assert latest_profiles(lake)["p0"].display_name == "newest"
+
+
+def test_a_compaction_killed_before_deleting_reads_the_same(lake):
+    """Its file and the originals side by side: each write still counts once."""
+    for i in range(3):
+        write_profile(lake, Profile("p", f"n{i}"), AT + timedelta(seconds=i), "s")
+    originals = {f: pq.read_table(f) for f in profiles_dir(lake).glob("*.parquet")}
+    before = read_log(lake)
+    compact_log(lake)
+    for path, table in originals.items():
+        pq.write_table(table, path)  # as if the deletions never happened
+    assert read_log(lake).equals(before)
+    assert [p.display_name for p in history_of(lake, "p")] == ["n0", "n1", "n2"]
