@@ -183,3 +183,16 @@ def test_limits_and_a_release_on_a_cluster(tmp_path, redis_cluster):
     assert sum(1 for r in _rows(settings.lake_dir, "events")
                if (r["match_id"], r["player_id"]) == (held[0].values["match_id"],
                                                       held[0].values["player_id"])) == 1
+
+
+def test_a_held_event_stays_a_retry_after_redis_loses_its_data(tmp_path, redis_client):
+    """The rebuild restores the door's record of held ids from the quarantine: without it,
+    the retry of a held event after a FLUSHALL landed and counted."""
+    settings = _settings(tmp_path, limit=1)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m1", "fay", 1), ("m2", "fay", 50)])
+    redis_client.flushall()
+    speed.rebuild(NOW + timedelta(minutes=5))
+    retry = _ingest(settings, speed, [("m2", "fay", 50)], NOW + timedelta(minutes=5))
+    assert (retry.accepted, retry.retries) == (0, 1)
+    assert [r["match_id"] for r in _rows(settings.lake_dir, "events")] == ["m1"]
