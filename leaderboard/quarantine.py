@@ -9,8 +9,11 @@ is the id of the last row returned.
 A release re-lands chosen rows (`speed_layer.review`). Its ledger is one JSON file per
 release under `lake/quarantine_releases/`, written before the rows land, naming the ids
 (with each row's identity, so an id that came to name another row is not taken for
-released) and the seq of the events file that lands them: a release counts as done iff
-that file exists, so a release that died before landing is done again by the next one.
+released) and the seq of the events file that lands them, and marked `landed` once it
+has. A release counts as done when marked, or when that file exists (it died between
+landing and marking; compaction's records count as the file), so one that died before
+landing is done again by the next, and compaction or retention removing the file later
+does not undo a marked release.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from leaderboard.lake import LandedFile, atomic_write_bytes, landed_files
+from leaderboard.lake import (
+    LandedFile,
+    atomic_write_bytes,
+    compaction_records,
+    landed_files,
+    parse_landed_name,
+)
 from leaderboard.schema import INPUT_FIELDS
 from leaderboard.timeutil import format_instant, to_utc
 
@@ -148,6 +157,9 @@ class Release:
     seq: int
     released_at: datetime
     rows: tuple[tuple[str, str | None, str | None], ...]  # (id, match_id, player_id)
+    #: Set once the events file landed: from then on the entry alone says "done", so
+    #: compaction or retention removing that file later changes nothing.
+    landed: bool = False
 
 
 def _ledger(lake: Path) -> Path:
@@ -155,26 +167,45 @@ def _ledger(lake: Path) -> Path:
 
 
 def write_release(lake: Path, release: Release) -> None:
-    """Record a release durably, before its rows land (see the module docstring)."""
+    """Record a release durably: before its rows land, and again marked `landed` after
+    (see the module docstring)."""
     payload = {"seq": release.seq, "released_at": format_instant(release.released_at),
+               "landed": release.landed,
                "rows": [{"id": i, "match_id": m, "player_id": p} for i, m, p in release.rows]}
     atomic_write_bytes(_ledger(lake) / f"{release.seq:012d}.json",
                        json.dumps(payload, indent=1).encode())
 
 
 def read_releases(lake: Path) -> list[Release]:
-    """Every release whose rows landed (its events file exists), oldest first."""
-    landed = {f.seq for f in landed_files(lake) if f.writer == RELEASE_WRITER}
-    found = []
+    """Every release whose rows landed, oldest first: marked landed, or (a release that
+    died between landing and marking) its events file exists, as itself or among the
+    originals of a compacted file."""
     folder = _ledger(lake)
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        raw = json.loads(path.read_text())
-        if raw["seq"] not in landed:
-            continue  # died before landing: not released
+    entries = [json.loads(path.read_text())
+               for path in (sorted(folder.glob("*.json")) if folder.is_dir() else [])]
+    landed: set[int] | None = None
+    found = []
+    for raw in entries:
+        if not raw.get("landed"):
+            if landed is None:
+                landed = _release_seqs(lake)
+            if raw["seq"] not in landed:
+                continue  # died before landing: not released
         found.append(Release(
             raw["seq"], to_utc(datetime.fromisoformat(raw["released_at"])),
-            tuple((r["id"], r["match_id"], r["player_id"]) for r in raw["rows"])))
+            tuple((r["id"], r["match_id"], r["player_id"]) for r in raw["rows"]), True))
     return found
+
+
+def _release_seqs(lake: Path) -> set[int]:
+    """Seqs of the release writer's events files, present or compacted into another."""
+    seqs = {f.seq for f in landed_files(lake) if f.writer == RELEASE_WRITER}
+    for originals in compaction_records(lake).values():
+        for original in originals:
+            parsed = parse_landed_name(Path(original))
+            if parsed is not None and parsed[0] == RELEASE_WRITER:
+                seqs.add(parsed[1])
+    return seqs
 
 
 def released_ids(lake: Path) -> dict[str, tuple[tuple[str | None, str | None], datetime]]:

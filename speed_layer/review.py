@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -168,8 +168,9 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
     if not landing:
         return None
     to_land = pa.concat_tables([accepted.filter(pa.array(held)), kept])
-    write_release(speed.lake, Release(writer.next_seq, now, tuple(
-        (r.id, r.identity[0], r.identity[1]) for r in landing)))
+    release = Release(writer.next_seq, now, tuple(
+        (r.id, r.identity[0], r.identity[1]) for r in landing))
+    write_release(speed.lake, release)
     prev = writer.last_event_seq
     try:
         files = writer.land(to_land, now)
@@ -178,6 +179,7 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
             with suppress(redis.RedisError):  # else the writer's next claim recovers it
                 speed.recover_claims(RELEASE_WRITER)
         raise
+    write_release(speed.lake, replace(release, landed=True))
     with suppress(redis.RedisError):  # else the writer's next claim recovers it
         claim.settle()
     for row in landing:

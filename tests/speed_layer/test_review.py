@@ -146,3 +146,31 @@ def test_a_release_that_died_before_landing_is_done_by_the_next(tmp_path, redis_
     assert outcome.status == "released"
     assert _events(settings.lake_dir) == [("m1", "dan"), ("m2", "dan")]
     assert _top(settings, redis_client) == [("dan", 3)]
+
+
+def test_a_release_stays_done_after_compaction_removes_its_file(tmp_path, redis_client):
+    """Nightly compaction replaces the release's small events file: the ledger's `landed`
+    mark (and, for a release that died before marking, the compaction record) keeps the
+    release done. Before, the missing file read as "died before landing" and a second
+    release landed the event again."""
+    import json
+
+    from jobs.compact import SpeedWatermark, compact_partition
+    from leaderboard.manifest import watermark_for
+
+    settings = _settings(tmp_path, limit=1)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m1", "gus", 1, "na"), ("m2", "gus", 2, "na")])
+    [row], _ = list_quarantine(settings.lake_dir)
+    assert release_rows(speed, [row.id], LATER)[0][0].status == "released"
+    speed.rebase(run_batch(settings, date(2026, 12, 1)).manifest)
+    compacted = compact_partition(settings.lake_dir, date(2026, 12, 1), speed=SpeedWatermark(
+        present=True, watermark=watermark_for(date(2026, 12, 1))))
+    assert compacted.compacted, compacted.left
+    assert not [f for f in landed_files(settings.lake_dir) if f.writer == "release"]
+    assert release_rows(speed, [row.id], LATER)[0][0].status == "already_released"
+    [entry] = (settings.lake_dir / "quarantine_releases").glob("*.json")
+    unmarked = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**unmarked, "landed": False}))
+    assert release_rows(speed, [row.id], LATER)[0][0].status == "already_released"
+    assert _events(settings.lake_dir) == [("m1", "gus"), ("m2", "gus")]
