@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
@@ -371,6 +372,46 @@ def _cmd_ban(args: argparse.Namespace) -> int:
     else:
         count = speed.unban(args.player, settings.now())
         out.print(f"unbanned {args.player}: restored in {count} live board-window(s)")
+    return 0
+
+
+def _cmd_void(args: argparse.Namespace) -> int:
+    """Void a match (or one player's result in it), or list the voids (`--list`)."""
+    settings = _settings(args)
+    if args.list:
+        from leaderboard.voids import read_voids
+
+        found = [v.as_dict() for v in reversed(read_voids(settings.lake_dir))
+                 if args.match is None or v.match_id == args.match]
+        if args.json:
+            print(json.dumps({"total": len(found), "voids": found}))
+            return 0
+        table = Table(title=f"{len(found)} void(s), newest first")
+        for column in ("at", "match_id", "player_id", "reason"):
+            table.add_column(column)
+        for row in found:
+            table.add_row(str(row["at"]), str(row["match_id"]),
+                          str(row["player_id"] or "(every player)"), str(row["reason"]))
+        out.print(table)
+        return 0
+    if args.match is None or not args.reason:
+        raise UsageError("give the match to void and --reason (or --list to see the voids)")
+    from leaderboard.validation import MATCH_ID_PATTERN
+
+    if len(args.match) > 128 or not re.match(MATCH_ID_PATTERN, args.match):
+        raise UsageError("match_id must be 1-128 printable characters, not all whitespace")
+    if args.player is not None:
+        _player(args.player)
+    speed = _require_speed(settings)
+    players = speed.void(args.match, args.player, settings.now(), args.reason)
+    if args.json:
+        print(json.dumps({"match_id": args.match, "player_id": args.player,
+                          "status": "voided", "players": players}))
+    else:
+        whose = f"{args.player}'s result in " if args.player else ""
+        out.print(f"voided {whose}match {args.match}: {len(players)} player(s) recomputed on "
+                  "the live boards" + ("" if players else
+                                       " (not landed yet: its events will not count)"))
     return 0
 
 
@@ -754,6 +795,16 @@ def _parser() -> argparse.ArgumentParser:
     ban.add_argument("--reason")
     unban = add("unban", _cmd_ban, "Unban a player and restore their standings exactly.")
     unban.add_argument("player")
+
+    void = add("void", _cmd_void, "Void a match, or one player's result in it: a record in "
+               "the lake, dropped from live boards at once and from the next batch version "
+               "(published versions stay). A corrected result is a new submission with a new "
+               "match_id. --list shows the voids.")
+    void.add_argument("match", nargs="?", help="the match_id to void")
+    void.add_argument("--player", help="only this player's result (default: every player)")
+    void.add_argument("--reason", help="why (required to void; kept in the lake)")
+    void.add_argument("--list", action="store_true", help="list the voids, newest first")
+    void.add_argument("--json", action="store_true")
 
     lake = add("lake", _cmd_lake, "Lake upkeep: rebind the data dir to an edited registry; "
                "sweep the files of killed batch runs (every batch also does at its start).")

@@ -7,7 +7,8 @@ files folded here past each writer's floor (hash), `:L` last-event marks for `la
 (hash), `:B` banned players (set). Global keys: `lb:current` (version pointer, JSON),
 `lb:banned` (set), `lb:V:progress` (per writer: a floor every events file up to which is
 folded everywhere, and the files folded past it), `lb:V:windows` (set of touched k),
-`lb:V:bans` (players whose ban is applied in V's state).
+`lb:V:bans` (players whose ban is applied in V's state), `{lb:banned}:voids` (hash: match_id
+-> the voided players, `*` for all), `lb:V:voids` (voids applied to V's base part).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "COMMAND_TIMEOUT",
     "CONNECT_TIMEOUT",
     "CURRENT",
+    "VOIDS",
     "BoardWindowKeys",
     "SpeedVersion",
     "StateLost",
@@ -44,6 +46,7 @@ __all__ = [
     "read_live_version",
     "state_needed",
     "version_tag",
+    "voids_key",
     "windows_key",
 ]
 
@@ -52,6 +55,10 @@ BANNED = "lb:banned"
 #: Counts changes of BANNED (same Cluster slot: its hash tag is BANNED's whole name), so a
 #: fold that read the set can tell whether a ban or unban ran meanwhile.
 BANS_GENERATION = "{lb:banned}:generation"
+#: The lake's voids (hash: match_id -> voided player ids joined by newlines, `*`: the whole
+#: match), in BANS_GENERATION's slot: a void changes both in one transaction, so a fold that
+#: read the voids of its file can tell whether a void ran meanwhile.
+VOIDS = "{lb:banned}:voids"
 
 
 def version_tag(version: str | None) -> str:
@@ -172,6 +179,12 @@ def progress_key(tag: str) -> str:
 def bans_key(tag: str) -> str:
     """The players whose ban is applied in version `tag`'s state (hidden from M, in T, B)."""
     return f"lb:{tag}:bans"
+
+
+def voids_key(tag: str) -> str:
+    """The voids (`match NUL player|*`) applied to version `tag`'s base part: voids the
+    batch of that version had not seen (at or after its watermark)."""
+    return f"lb:{tag}:voids"
 
 
 def windows_key(tag: str) -> str:

@@ -41,6 +41,7 @@ from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
     CURRENT,
+    VOIDS,
     BoardWindowKeys,
     SpeedVersion,
     StateLost,
@@ -48,6 +49,7 @@ from leaderboard.speed_keys import (
     windows_key,
 )
 from leaderboard.timeutil import duration_us, epoch_us
+from leaderboard.voids import VoidIndex
 
 __all__ = ["FOLD_SCRIPT", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
            "ScriptPipeline", "Update", "identities", "plan_updates", "predecessors",
@@ -649,6 +651,10 @@ class Folder:
         self.past_floor: dict[tuple[str, str], int] = {}
         self.on_ban_race: Callable[[SpeedVersion, set[str], list[tuple[str, str]]],
                                    None] | None = None
+        #: Runs when a void named rows of a file while it was being folded without it:
+        #: (version, the players of those rows, the board-windows the fold wrote).
+        self.on_void_race: Callable[[SpeedVersion, set[str], list[tuple[str, str]]],
+                                    None] | None = None
 
     def base(self, version: SpeedVersion) -> BaseKeys:
         tag = version.tag
@@ -659,12 +665,26 @@ class Folder:
             self._bases[tag] = BaseKeys(view)
         return self._bases[tag]
 
+    def voids_of(self, table: pa.Table) -> VoidIndex:
+        """The voids naming a match of `table` (one HMGET of its matches; none while the
+        lake has no void)."""
+        if table.num_rows == 0 or not self.client.exists(VOIDS):
+            return VoidIndex()
+        matches = pc.unique(table.column("match_id")).to_pylist()
+        found = self.client.hmget(VOIDS, matches)
+        return VoidIndex({m: _decoded(p).split("\n") for m, p in zip(matches, found,
+                                                                        strict=True) if p})
+
     def calls(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table, *,
-              mode: str, banned: set[str], floor: int) -> list[Call]:
+              mode: str, banned: set[str], floor: int, since_watermark: bool = True,
+              based: bool = True) -> list[Call]:
         """The FOLD_SCRIPT calls of one file, one per board-window it touches; banned
         players' rows dropped (every board-window still gets its call, so its checkpoint
-        covers the file and an unban replays from there)."""
-        updates = plan_updates(table, self.registry, version.watermark)
+        covers the file and an unban replays from there). `since_watermark=False` counts
+        rows of any age (a player's base part recomputed from the lake); `based=False`
+        sends every row as a plain one (the player's base key is not the starting point)."""
+        updates = plan_updates(table, self.registry,
+                               version.watermark if since_watermark else None)
         if banned:
             ban_set = pa.array(sorted(banned), pa.string())
             for update in updates:
@@ -675,8 +695,8 @@ class Folder:
         base = self.base(version)
         calls = []
         for update in updates:
-            based_rows, plain_rows = encode_rows(update, base.window(update.board,
-                                                                     update.window.id))
+            based_rows, plain_rows = encode_rows(update, base.window(
+                update.board, update.window.id) if based else None)
             calls.append(Call(BoardWindowKeys(update.board.name, update.window.id, version.tag),
                               [writer, seq, mode, update.board.aggregation,
                                1 if update.board.order == "desc" else -1,
@@ -711,6 +731,9 @@ class Folder:
                             "while a file was about to be folded onto it")
         if banned is None:
             banned = {_decoded(b) for b in banned_now}
+        # Voided rows never count (a void may come before its match lands).
+        original, voids = table, self.voids_of(table)
+        table = voids.drop(table)
         calls = self.calls(version, writer, seq, table, mode=mode, banned=banned,
                            floor=-1 if floor is None else int(floor))
         applied = 0
@@ -742,6 +765,14 @@ class Folder:
             changed = banned ^ {_decoded(b) for b in self.client.smembers(BANNED)}
             if changed:
                 self.on_ban_race(version, changed, touched)
+        if replies[-1] != generation and self.on_void_race is not None and touched:
+            # A void ran meanwhile: the players of rows it names in this file are
+            # recomputed where this fold wrote (their rows may have counted).
+            newly = pc.and_(self.voids_of(original).mask(original),
+                            pc.invert(voids.mask(original)))
+            if pc.any(newly).as_py():
+                self.on_void_race(version, set(original.column("player_id").filter(
+                    newly).to_pylist()), touched)
         return applied
 
     def progress(self, version: SpeedVersion) -> Progress:

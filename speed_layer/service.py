@@ -26,16 +26,19 @@ from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
     CURRENT,
+    VOIDS,
     BoardWindowKeys,
     SpeedVersion,
     StateLost,
     bans_key,
     read_current_version,
     state_needed,
+    voids_key,
     windows_key,
 )
+from leaderboard.voids import ALL_PLAYERS, Void, VoidIndex, read_voids, write_void
 from speed_layer.door import Admission, Claim, ClaimPending, Door
-from speed_layer.fold import FOLD_SCRIPT, Folder, identities, predecessors
+from speed_layer.fold import FOLD_SCRIPT, Folder, identities, plan_updates, predecessors
 from speed_layer.rate import held_ids
 
 __all__ = ["Admitted", "RebuildRunning", "SpeedLayer", "SpeedStatus"]
@@ -108,6 +111,7 @@ class SpeedLayer:
         self.lake = Path(lake)
         self.folder = Folder(client, registry, lake)
         self.folder.on_ban_race = self._ban_race
+        self.folder.on_void_race = self._void_race
         self.door = Door(client, registry.idempotency_horizon)
 
     # -- versions ---------------------------------------------------------------------------
@@ -138,6 +142,7 @@ class SpeedLayer:
         # Redis may have lost its ban set with the rest (a flush with nothing recent in the
         # lake): the lake's bans go into the state before any fold can read it.
         self.apply_bans(fresh, atomic=False)
+        self.sync_voids()
         self.client.set(CURRENT, fresh.to_json(), nx=True)
         found = read_current_version(self.client)
         if found is None or not found.epoch:
@@ -274,6 +279,7 @@ class SpeedLayer:
         to it, catch up what landed meanwhile, and let the old version's keys expire. On a
         lost state it rebuilds the lake's live version instead (`now`: for the horizon)."""
         self.sync_bans()
+        self.sync_voids()
         try:
             old = self.current()
         except StateLost:
@@ -284,16 +290,19 @@ class SpeedLayer:
             # Already live (or just pointed at on first use): fold whatever is still pending.
             self.folder.catch_up(old)
             self.apply_bans(old)
+            self.apply_voids(old)
             return old
         self.folder.catch_up(new, dedupe=True)
         # The base of V+1 holds only bans before its watermark: apply the rest before the
         # flip (nobody reads V+1 yet: one pipeline), and again after it for a ban or unban
         # that reached the lake meanwhile.
         self.apply_bans(new, atomic=False)
+        self.apply_voids(new)
         faults.checkpoint("rebase.after_catch_up")
         self.client.set(CURRENT, new.to_json())
         faults.checkpoint("rebase.after_flip")
         self.apply_bans(new)
+        self.apply_voids(new)
         self.folder.catch_up(new)
         self.expire_version(old.tag)
         return new
@@ -332,6 +341,7 @@ class SpeedLayer:
             for start in range(0, len(keys), 1000):
                 self.client.delete(*keys[start:start + 1000])
             self.sync_bans()
+            self.sync_voids()
             faults.checkpoint("rebuild.after_reset")
             horizon_start = now - self.registry.idempotency_horizon * 2
             recent = []
@@ -356,8 +366,10 @@ class SpeedLayer:
                     version.watermark, t.schema.field("ingested_at").type))) for t in recent])
             folded = self.folder.catch_up(version, building=True, dedupe=True, seen=seen)
             self.apply_bans(version, atomic=False)  # the pointer is not written yet
+            self.apply_voids(version)
             self.client.set(CURRENT, version.to_json())
             self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
+            self.apply_voids(version)
             return folded + self.folder.catch_up(version)
         finally:
             # Compare and delete in one step: never another rebuild's lock.
@@ -426,44 +438,100 @@ class SpeedLayer:
 
     def _restore(self, version: SpeedVersion, player: str,
                  only: list[tuple[str, str]] | None = None) -> int:
-        """Undo a ban in one version's state exactly: per board-window, in one transaction
-        (so no fold interleaves), the player's keys reset and their events since the
-        watermark replayed from every file already folded there. `only` limits it to those
-        board-windows."""
+        """Undo a ban in one version's state exactly (`_recompute` with the ban lifted).
+        `only` limits it to those board-windows."""
+        return self._recompute(version, player, only, unban=True)
+
+    def _recompute(self, version: SpeedVersion, player: str,
+                   only: list[tuple[str, str]] | None = None, *, unban: bool = False) -> int:
+        """Recompute one player's state in one version exactly from the lake: per
+        board-window, in one transaction (so no fold interleaves), the player's keys reset
+        and their events since the watermark replayed from every file already folded
+        there, voided rows left out. When a void the base did not apply names a row the
+        base counted, the player's base part is recomputed too, from their raw rows before
+        the watermark (`_seed_rows`): the base key goes to T (hidden) and the recomputed
+        value starts M. `only` limits it to those board-windows; `unban` lifts the ban."""
         progress = self.folder.progress(version)
+        seed = self._seed_rows(version, player)
         calls: dict[tuple[str, str], list[Any]] = {}
+        if seed is not None and seed.num_rows:
+            for call in self.folder.calls(version, "seed", 0, seed, mode="seed", banned=set(),
+                                          floor=-1, since_watermark=False, based=False):
+                calls.setdefault((call.keys.board, call.keys.window_id), []).append(call)
         for landed in sorted(self.folder.pending_or_folded(version),
                              key=lambda f: (f.writer, f.seq)):
             table = pq.read_table(landed.path, filters=[("player_id", "=", player)])
+            table = self.folder.voids_of(table).drop(table)
             if table.num_rows:
                 for call in self.folder.calls(version, landed.writer, landed.seq, table,
                                               mode="replay", banned=set(),
-                                              floor=progress.floors.get(landed.writer, -1)):
+                                              floor=progress.floors.get(landed.writer, -1),
+                                              based=seed is None):
                     calls.setdefault((call.keys.board, call.keys.window_id), []).append(call)
+        bases = self._base_keys_of(version, {player})[player]
         if only is None:
             # Every board-window the ban touched: the live ones and the player's base ones (a
             # closed window the speed layer never folded into still hides the player).
-            windows = (set(self._windows(version)) | set(calls)
-                       | set(self._base_keys_of(version, {player})[player]))
+            windows = set(self._windows(version)) | set(calls) | set(bases)
         else:
             windows = set(only)
         sha = self.client.script_load(FOLD_SCRIPT)
         for board, window_id in sorted(windows):
             keys = BoardWindowKeys(board, window_id, version.tag)
             pipe = self.client.pipeline(transaction=True)
-            pipe.srem(keys.banned, player)
+            if unban:
+                pipe.srem(keys.banned, player)
             pipe.zrem(keys.merged, player)
             pipe.zrem(keys.touched, player)
             pipe.hdel(keys.last_marks, player)
+            if seed is not None and (board, window_id) in bases:
+                pipe.zadd(keys.touched, {player: bases[(board, window_id)]})
             for call in calls.get((board, window_id), []):
                 # execute_command, not .evalsha(): redis-py's cluster pipeline blocks the
                 # method (the keys share one hash tag, so the MULTI stays in one slot).
                 pipe.execute_command(  # type: ignore[no-untyped-call]
                     "EVALSHA", sha, len(call.keys.all()), *call.keys.all(), *call.args)
             pipe.execute()
-        if only is None:
+        if only is None and unban:
             self.client.srem(bans_key(version.tag), player)
         return len(windows)
+
+    def _seed_rows(self, version: SpeedVersion, player: str) -> pa.Table | None:
+        """The player's rows the base should count: their raw rows ingested before the
+        watermark, deduped as the batch does (first ingested wins, then the file name),
+        voided rows left out. None when no void the base did not apply (at or after its
+        watermark) names one of those rows: the base key is right as it is. Also None once
+        retention deleted raw events: the rows of old windows are gone, so the base key
+        stays (docs/architecture.md: the limit)."""
+        if version.version is None or version.watermark is None:
+            return None
+        late = [v for v in read_voids(self.lake) if v.at >= version.watermark]
+        if not late or (self.lake / "retention.json").exists():
+            return None
+        mark = pa.scalar(version.watermark, pa.timestamp("us", tz="UTC"))
+        parts = []
+        for landed in landed_files(self.lake):
+            if landed.ingest_date > version.watermark.date():
+                continue
+            table = pq.read_table(landed.path, filters=[("player_id", "=", player)])
+            if table.num_rows:
+                table = table.filter(pc.less(table.column("ingested_at"),
+                                             mark.cast(table.schema.field("ingested_at").type)))
+                parts.append(table.append_column("_file", pa.array(
+                    [str(landed.path)] * table.num_rows, pa.string())))
+        if not parts:
+            return None
+        rows = pa.concat_tables(parts, promote_options="default").sort_by(
+            [("ingested_at", "ascending"), ("_file", "ascending")])
+        if not pc.any(VoidIndex.of(late).mask(rows)).as_py():
+            return None
+        seen: set[str] = set()
+        first = []
+        for match in rows.column("match_id").to_pylist():
+            first.append(match not in seen)
+            seen.add(match)
+        rows = rows.filter(pa.array(first)).drop_columns(["_file"])
+        return VoidIndex.of(read_voids(self.lake)).drop(rows)
 
     def _ban_race(self, version: SpeedVersion, players: set[str],
                   windows: list[tuple[str, str]]) -> None:
@@ -502,6 +570,83 @@ class SpeedLayer:
             return 0  # a later ban already stands: the lake's latest tombstone decides
         self._set_banned(remove={player})
         return self._restore(self.current(), player)
+
+    # -- voids ------------------------------------------------------------------------------
+
+    def sync_voids(self) -> VoidIndex:
+        """Make the voids hash agree with the lake's void files (the lake is the truth);
+        a change bumps the generation a fold checks, in the same transaction."""
+        lake = VoidIndex.of(read_voids(self.lake))
+        known = {_text(m): set(_text(p).split("\n"))
+                 for m, p in self.client.hgetall(VOIDS).items()}
+        want = {m: set(p) for m, p in lake.by_match.items()}
+        if want != known:
+            pipe = self.client.pipeline(transaction=True)
+            stale = sorted(set(known) - set(want))
+            if stale:
+                pipe.hdel(VOIDS, *stale)
+            changed = {m: "\n".join(sorted(p)) for m, p in want.items() if known.get(m) != p}
+            if changed:
+                pipe.hset(VOIDS, mapping=changed)  # type: ignore[arg-type]
+            pipe.incr(BANS_GENERATION)
+            pipe.execute()
+        return lake
+
+    def void(self, match_id: str, player_id: str | None, at: datetime,
+             reason: str = "") -> list[str]:
+        """Void a match (or one player's result in it): a tombstone in the lake, then the
+        players whose rows it names are recomputed without them in every live board-window
+        those rows count in. Returns those players (none yet for a match not landed: its
+        events will not count when they land)."""
+        write_void(self.lake, match_id, player_id, at, reason)
+        self.sync_voids()
+        return self._apply_void(self.current(), Void(match_id, player_id, reason, at))
+
+    def _apply_void(self, version: SpeedVersion, void: Void) -> list[str]:
+        """Recompute the players whose rows `void` names, in the board-windows where those
+        rows count; then record the void as applied to the version."""
+        filters: list[Any] = [("match_id", "=", void.match_id)]
+        if void.player_id is not None:
+            filters.append(("player_id", "=", void.player_id))
+        parts = [t for t in (pq.read_table(f.path, filters=filters)
+                             for f in landed_files(self.lake)) if t.num_rows]
+        banned = {_text(b) for b in self.client.smembers(BANNED)}
+        players: list[str] = []
+        if parts:
+            rows = pa.concat_tables(parts, promote_options="default")
+            for player in sorted(set(rows.column("player_id").to_pylist()) - banned):
+                mine = rows.filter(pc.equal(rows.column("player_id"), player))
+                windows = {(u.board.name, u.window.id)
+                           for u in plan_updates(mine, self.registry, None)}
+                if windows:
+                    self._recompute(version, player, sorted(windows))
+                    players.append(player)
+        self.client.sadd(voids_key(version.tag),
+                         f"{void.match_id}\x00{void.player_id or ALL_PLAYERS}")
+        return players
+
+    def apply_voids(self, version: SpeedVersion) -> int:
+        """Apply to one version's state the voids its batch had not seen (at or after its
+        watermark) and the state does not hold yet; returns how many. The fold leaves
+        voided rows out by itself: this corrects what was counted before the void."""
+        applied = {_text(v) for v in self.client.smembers(voids_key(version.tag))}
+        count = 0
+        for void in read_voids(self.lake):
+            if version.watermark is not None and void.at < version.watermark:
+                continue
+            if f"{void.match_id}\x00{void.player_id or ALL_PLAYERS}" in applied:
+                continue
+            self._apply_void(version, void)
+            count += 1
+        return count
+
+    def _void_race(self, version: SpeedVersion, players: set[str],
+                   windows: list[tuple[str, str]]) -> None:
+        """A fold applied rows a void named while it ran: recompute those players where
+        that fold wrote (idempotent)."""
+        banned = {_text(b) for b in self.client.smembers(BANNED)}
+        for player in sorted(players - banned):
+            self._recompute(version, player, windows)
 
     # -- status -----------------------------------------------------------------------------
 

@@ -206,6 +206,25 @@ def test_top_rank_and_around(served, capsys):
     assert (code, unknown["status"]) == (0, "unranked")
 
 
+def test_void_drops_a_result_from_the_live_board_and_lists_it(served, capsys):
+    """alice's history match voided (absorbed by the batch), then dave's live one: both
+    leave the merged board at once; `void --list` shows both, newest first."""
+    code, voided = run_json(capsys, "void", "h0", "--reason", "exploit")
+    assert (code, voided["players"]) == (0, ["alice"])
+    code, voided = run_json(capsys, "void", "l1", "--player", "dave", "--reason", "typo")
+    assert (code, voided["players"]) == (0, ["dave"])
+    code, top = run_json(capsys, "top", "global")
+    assert [(e["player_id"], e["score"]) for e in top["entries"]] == [
+        ("bob", 8), ("carol", 6), ("dave", 4), ("erin", 2)]
+    code, listed = run_json(capsys, "void", "--list")
+    assert [(v["match_id"], v["player_id"], v["reason"]) for v in listed["voids"]] == [
+        ("l1", "dave", "typo"), ("h0", None, "exploit")]
+    assert main(["void", "--list"]) == 0
+    assert "2 void(s), newest first" in capsys.readouterr().out
+    assert main(["void", "h1"]) == 2
+    assert "--reason" in capsys.readouterr().err
+
+
 def test_reads_print_tables_for_people(served, capsys):
     assert main(["top", "region:na", "-n", "2"]) == 0
     out = capsys.readouterr().out
@@ -252,6 +271,7 @@ def test_percentiles_answer_from_the_merged_board(served, capsys):
     (["rank", "global", ".."], "not . or .."),
     (["around", "global", "x" * 65], "must be 1-64 chars"),
     (["ban", "bad id!"], "player id 'bad id!'"),
+    (["void", "m1", "--player", "bad id!", "--reason", "x"], "player id 'bad id!'"),
 ])
 def test_bad_reads_exit_2(data, capsys, argv, says):
     assert main(argv) == 2

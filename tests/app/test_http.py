@@ -134,6 +134,7 @@ def test_openapi_and_docs(reader):
                  "/v1/boards/{board}/players/{player_id}/around", "/v1/boards/{board}/friends",
                  "/v1/boards/{board}/players/{player_id}/history",
                  "/v1/boards/{board}/percentiles", "/v1/admin/bans", "/v1/admin/unbans",
+                 "/v1/admin/voids",
                  "/healthz", "/metrics"):
         assert path in spec["paths"], path
     body = spec["paths"]["/v1/events"]["post"]["requestBody"]["content"]["application/json"]
@@ -543,7 +544,7 @@ def test_ban_and_unban_show_in_the_next_read(world):
     assert top[0] == leader
 
 
-@pytest.mark.parametrize("route", ["/v1/admin/bans", "/v1/admin/unbans"])
+@pytest.mark.parametrize("route", ["/v1/admin/bans", "/v1/admin/unbans", "/v1/admin/voids"])
 @pytest.mark.parametrize("body", [b'{"player_id": "bad id"}', b"{nope", b"", b"[]"])
 def test_admin_routes_authenticate_before_reading_the_body(world, route, body):
     """Without the admin key, any body is a 401 (a wrong key 403), never a 422 first."""
@@ -553,6 +554,46 @@ def test_admin_routes_authenticate_before_reading_the_body(world, route, body):
     admin = world.client.post(route, content=body, headers={"X-Admin-Key": ADMIN})
     assert admin.status_code == 422
     assert admin.json()["error"] == "invalid_request"
+
+
+def test_a_void_drops_the_result_at_once_and_is_listed(world):
+    """Voiding the leader's top match over HTTP: the next read ranks without it (the batch
+    of everything minus the voided rows), the void is listed, bad bodies are a 422."""
+    leader = world.client.get("/v1/boards/global/top", params={"n": 1}).json()["entries"][0]
+    name = leader["player_id"]
+    rows = [r for r in _lake_rows(world.lake) if r["player_id"] == name]
+    best = max(rows, key=lambda r: r["points"])
+    action = {"match_id": best["match_id"], "player_id": name, "reason": "exploit"}
+    assert world.client.post("/v1/admin/voids", json=action).status_code == 401
+    for bad in ({"match_id": best["match_id"]}, {"match_id": "", "reason": "x"},
+                {"match_id": "m", "player_id": "bad id", "reason": "x"}):
+        answer = world.client.post("/v1/admin/voids", json=bad, headers={"X-Admin-Key": ADMIN})
+        assert answer.status_code == 422, bad
+        assert answer.json()["error"] == "invalid_request"
+    voided = world.client.post("/v1/admin/voids", json=action, headers={"X-Admin-Key": ADMIN})
+    assert voided.status_code == 200, voided.text
+    assert voided.json() == {"match_id": best["match_id"], "player_id": name,
+                             "status": "voided", "players": [name]}
+    after = world.client.get(f"/v1/boards/global/players/{name}").json()
+    assert after["score"] == leader["score"] - best["points"]
+    early = world.client.post("/v1/admin/voids", json={"match_id": "not-landed-yet",
+                                                       "reason": "bad server"},
+                              headers={"X-Admin-Key": ADMIN})
+    assert early.json()["players"] == []
+    listed = world.client.get("/v1/admin/voids", headers={"X-Admin-Key": ADMIN}).json()
+    assert listed["total"] == 2
+    assert [(v["match_id"], v["player_id"]) for v in listed["voids"]] == [
+        ("not-landed-yet", None), (best["match_id"], name)]
+    assert world.client.get("/v1/admin/voids").status_code == 401
+
+
+def test_a_405_lists_every_method_of_the_path(reader):
+    """Regression (schemathesis, allow_header_conformance): Starlette named the methods of
+    the path's first route only, so OPTIONS /v1/admin/voids said `Allow: POST` without GET."""
+    answer = reader.options("/v1/admin/voids")
+    assert answer.status_code == 405
+    assert {"GET", "POST"} <= set(answer.headers["allow"].split(", "))
+    assert answer.json()["error"] == "method_not_allowed"
 
 
 # -- operations -------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Operator actions behind the admin key: ban and unban a player on every board.
+"""Operator actions behind the admin key: ban and unban a player on every board; void a
+match (or one player's result in it) and list the voids.
 
 The key is checked before the body is read: a caller without it learns nothing about what
 a valid body looks like (401/403, never a 422 first).
@@ -6,9 +7,9 @@ a valid body looks like (401/403, never a 422 first).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request, Security
+from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field, ValidationError
@@ -16,9 +17,10 @@ from pydantic import BaseModel, Field, ValidationError
 from app.http.auth import ADMIN_BEARER, ADMIN_KEY, check_admin, token_of
 from app.http.errors import documented
 from app.http.service import Service, ServiceDep
-from leaderboard.validation import ID_PATTERN, ID_RULE
+from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
+from leaderboard.voids import read_voids
 
-__all__ = ["PlayerAction", "router"]
+__all__ = ["PlayerAction", "VoidAction", "router"]
 
 _AUTH_RESPONSES = documented(401, 403, 422, 503, s401="no admin key",
                              s403="a wrong admin key, or none is configured",
@@ -32,6 +34,23 @@ class PlayerAction(BaseModel):
     reason: str = Field("", max_length=500, description="why (kept in the lake's tombstone)")
 
 
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+class VoidAction(BaseModel):
+    """A void: a match (every player's result) or one player's result in it counts nowhere
+    from now on. A void of a match not landed yet is recorded: its events will not count
+    when they arrive. No un-void: a corrected result is a new submission, new match_id."""
+
+    match_id: str = Field(min_length=1, max_length=128, pattern=MATCH_ID_PATTERN,
+                          description="the match to void (1-128 printable characters)")
+    player_id: str | None = Field(None, pattern=ID_PATTERN,
+                                  description=f"only this player's result ({ID_RULE}); "
+                                              "absent or null: every player of the match")
+    reason: str = Field(min_length=1, max_length=500,
+                        description="why (kept in the lake's void record)")
+
+
 async def _admin(service: ServiceDep,
                  bearer: Annotated[HTTPAuthorizationCredentials | None,
                                    Security(ADMIN_BEARER)] = None,
@@ -40,18 +59,27 @@ async def _admin(service: ServiceDep,
     return service
 
 
-async def _action(request: Request) -> PlayerAction:
+async def _body(request: Request, model: type[_Model]) -> _Model:
     """The body, read only once the admin dependency (declared first) has passed."""
     try:
-        return PlayerAction.model_validate_json(await request.body())
+        return model.model_validate_json(await request.body())
     except ValidationError as exc:
         raise RequestValidationError(
             [{**error, "loc": ("body", *error["loc"])}
              for error in exc.errors(include_url=False, include_context=False)]) from None
 
 
+async def _action(request: Request) -> PlayerAction:
+    return await _body(request, PlayerAction)
+
+
+async def _void_action(request: Request) -> VoidAction:
+    return await _body(request, VoidAction)
+
+
 AdminDep = Annotated[Service, Depends(_admin)]
 ActionDep = Annotated[PlayerAction, Depends(_action)]
+VoidDep = Annotated[VoidAction, Depends(_void_action)]
 
 router = APIRouter(tags=["admin"], responses=_AUTH_RESPONSES)
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {
@@ -70,3 +98,31 @@ def unban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
     count = service.speed.unban(action.player_id, service.settings.now())
     service.cache.clear()
     return {"player_id": action.player_id, "status": "unbanned", "board_windows": count}
+
+
+@router.post("/v1/admin/voids", summary="Void a match, or one player's result in it",
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": VoidAction.model_json_schema()}}}})
+def void(service: AdminDep, action: VoidDep) -> dict[str, Any]:
+    """A void record in the lake; the live boards drop the voided results at once (every
+    aggregation recomputed exactly), the next batch version drops them too, published
+    versions stay as they were. `players`: whose live standings changed (empty for a match
+    that has not landed yet)."""
+    players = service.speed.void(action.match_id, action.player_id, service.settings.now(),
+                                 action.reason)
+    service.cache.clear()
+    return {"match_id": action.match_id, "player_id": action.player_id, "status": "voided",
+            "players": players}
+
+
+@router.get("/v1/admin/voids", summary="List the voids, newest first")
+def voids(service: AdminDep,
+          limit: Annotated[int, Query(ge=1, le=1000, description="at most this many")] = 100,
+          match_id: Annotated[str | None, Query(min_length=1, max_length=128,
+                                                pattern=MATCH_ID_PATTERN,
+                                                description="only this match's")] = None,
+          ) -> dict[str, Any]:
+    found = [v for v in read_voids(service.settings.lake_dir)
+             if match_id is None or v.match_id == match_id]
+    found.reverse()
+    return {"total": len(found), "voids": [v.as_dict() for v in found[:limit]]}

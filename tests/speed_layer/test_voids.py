@@ -1,0 +1,154 @@
+"""Voids in the speed layer: applied at once, exactly, for every aggregation (issue 12 part 3).
+
+Every check compares the merged answers with the batch of everything with every void
+applied (tests/oracle.py), on a registry with sum, max, min and last boards, both orders and
+both tie policies.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+import redis
+from lakes import EXOTIC, batches, day, random_stream, registry_from, write_registry
+from oracle import absorbed_events, reference_standings
+
+from jobs.batch import run_batch
+from leaderboard import faults
+from leaderboard.lake import LandingWriter
+from leaderboard.settings import Settings
+from serving.service import Leaderboards
+from speed_layer.ingest import Ingestor
+from speed_layer.service import SpeedLayer
+
+pytestmark = pytest.mark.redis
+START = day("2026-11-28")
+
+
+@pytest.fixture
+def world(tmp_path, redis_client):
+    config = tmp_path / "exotic.toml"
+    write_registry(config, EXOTIC)
+    registry = registry_from(EXOTIC)
+    lake = tmp_path / "data" / "lake"
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(lake.parent),
+                                  "LEADERBOARD_CONFIG": str(config)})
+    return lake, registry, SpeedLayer(redis_client, registry, lake), settings
+
+
+def ingest(speed: SpeedLayer, lake: Path, registry, events: list[dict], writer: str = "w"
+           ) -> None:
+    with LandingWriter(lake, writer) as landing:
+        ingestor = Ingestor(registry, landing, speed)
+        for at, table in batches(events):
+            ingestor.ingest(table, now=at, source="t")
+
+
+def assert_served_as_reference(lake: Path, registry, client: redis.Redis) -> None:
+    """Every board-window's merged order and total equal the batch of everything, every
+    void and ban applied."""
+    served = Leaderboards(lake, registry, client, now=lambda: day("2026-12-05T00:00:00"))
+    reference = reference_standings(lake, registry, None,
+                                    watermark=day("2100-01-01T00:00:00"))
+    for (board, window_id), rows in reference.items():
+        merged = served.merged(board, window_id)
+        assert [(e.player_id, e.rank) for e in merged.top(len(rows) + 3)] == [
+            (r.player_id, r.rank) for r in rows], (board, window_id)
+        assert merged.total() == len(rows), (board, window_id)
+
+
+def _pick(events: list[dict], since=None, before=None) -> tuple[str, tuple[str, str]]:
+    """A match with several players, and one (match, player) of another match."""
+    chosen = [e for e in events if (since is None or e["ingested_at"] >= since)
+              and (before is None or e["ingested_at"] < before)]
+    by_match: dict[str, list[str]] = {}
+    for event in chosen:
+        by_match.setdefault(event["match_id"], []).append(event["player_id"])
+    matches = sorted(m for m, p in by_match.items() if len(p) >= 2)
+    return matches[0], (matches[1], by_match[matches[1]][0])
+
+
+def test_voids_apply_at_once_exactly_for_every_aggregation(world, redis_client):
+    """Voids of events the base absorbed and of speed events, whole matches and single
+    results, and one recorded before its match lands: merged answers equal the batch of
+    everything after each; then a rebase onto a batch that had not seen the voids, and a
+    rebuild after a flush, keep them."""
+    lake, registry, speed, settings = world
+    ingest(speed, lake, registry, random_stream(51, start=START, days=1, duplicate_share=0.0))
+    speed.rebase(run_batch(settings, START.date()).manifest)
+    ingest(speed, lake, registry, random_stream(52, start=day("2026-11-29T00:00:00"), days=1,
+                                                duplicate_share=0.0))
+    watermark = day("2026-11-29T00:00:00")
+    events = absorbed_events(lake, None)
+    base_match, (base_single, base_player) = _pick(events, before=watermark)
+    speed_match, (speed_single, speed_player) = _pick(events, since=watermark)
+    at = day("2026-11-30T00:30:00")
+    assert speed.void(base_match, None, at, "exploit")
+    assert_served_as_reference(lake, registry, redis_client)
+    assert speed.void(base_single, base_player, at, "wrong score") == [base_player]
+    assert_served_as_reference(lake, registry, redis_client)
+    assert speed.void(speed_match, None, at, "exploit")
+    assert speed.void(speed_single, speed_player, at, "wrong score") == [speed_player]
+    assert_served_as_reference(lake, registry, redis_client)
+    # A void of a match not landed yet is recorded; its events do not count when they land.
+    assert speed.void("m-later", None, at, "known bad server") == []
+    ingest(speed, lake, registry, [
+        {"match_id": "m-later", "player_id": f"late{i}", "points": 40 + i,
+         "event_time": day("2026-11-30T01:00:00"), "region": "na", "mode": "ranked",
+         "server_id": "s1", "ingested_at": day("2026-11-30T01:00:05")} for i in range(3)],
+        writer="x")
+    assert_served_as_reference(lake, registry, redis_client)
+    # The batch of day 2 has not seen the voids (after its watermark): the rebase applies
+    # them to the new version's base part.
+    manifest = run_batch(settings, date(2026, 11, 29)).manifest
+    assert manifest.inputs["voids"] == ""
+    speed.rebase(manifest)
+    assert speed.current().version == manifest.version
+    assert_served_as_reference(lake, registry, redis_client)
+    redis_client.flushall()
+    speed.rebuild(day("2026-11-30T02:00:00"))
+    assert_served_as_reference(lake, registry, redis_client)
+    # The next batch applies them itself (in full), and the rebase keeps the answers.
+    manifest = run_batch(settings, date(2026, 11, 30)).manifest
+    assert manifest.inputs["voids"]
+    speed.rebase(manifest)
+    assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_a_void_racing_a_live_fold_leaves_none_of_its_rows(world, redis_client):
+    """The void runs while a file naming its match is being folded with the voids read
+    before it: none of the match's rows count, in any board-window."""
+    lake, registry, speed, _settings = world
+    todo = batches(random_stream(53, start=START, days=1, duplicate_share=0.0))
+    _at, table = todo[3]
+    match = table.column("match_id")[0].as_py()
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for number, (at, table) in enumerate(todo):
+            if number == 3:
+                void = faults.on_hit(2, lambda _n, at=at: speed.void(match, None, at, "race"))
+                with faults.injected("fold.after_script", void):
+                    ingestor.ingest(table, now=at, source="t")
+            else:
+                ingestor.ingest(table, now=at, source="t")
+    assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_an_unban_restores_the_player_without_their_voided_results(world, redis_client):
+    """A banned player's result is voided while they are banned: the unban brings back
+    their standing without it (base part recomputed, speed rows replayed without it)."""
+    lake, registry, speed, settings = world
+    ingest(speed, lake, registry, random_stream(54, start=START, days=1, duplicate_share=0.0))
+    speed.rebase(run_batch(settings, START.date()).manifest)
+    ingest(speed, lake, registry, random_stream(55, start=day("2026-11-29T00:00:00"), days=1,
+                                                duplicate_share=0.0))
+    events = absorbed_events(lake, None)
+    player = events[0]["player_id"]
+    mine = [e for e in events if e["player_id"] == player]
+    speed.ban(player, day("2026-11-30T00:10:00"))
+    for event in (mine[0], mine[-1]):
+        assert speed.void(event["match_id"], player, day("2026-11-30T00:20:00")) == []
+    speed.unban(player, day("2026-11-30T00:30:00"))
+    assert_served_as_reference(lake, registry, redis_client)
