@@ -1,5 +1,5 @@
 """The `leaderboard` reads beyond top, rank, around and percentiles, and player profiles:
-`friends`, `history`, `boards`, `profile set|get`. Each prints a table for people or the
+`friends`, `history`, `boards`, `profile set|get|import`. Each prints a table for people or the
 HTTP API's JSON with `--json`, through the same serving code the API reads with.
 
 Registered on the main parser by `app.cli` (`register`); kept apart so that the commands
@@ -9,8 +9,10 @@ other work adds to `app/cli.py` and these do not edit the same lines.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -27,6 +29,7 @@ from app.cli import (
     _settings,
     err,
     name_of,
+    out,
 )
 
 __all__ = ["register", "render_boards", "render_friends", "render_history", "render_profile"]
@@ -162,11 +165,85 @@ def render_profile(answer: dict[str, Any]) -> Table | str:
     return table
 
 
+def _profile_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of an import file: the football results CSV (each team's readable name and
+    country, by its header), else a CSV or JSONL with player_id, display_name and
+    optionally country and avatar_url."""
+    import csv
+
+    from app.football import FOOTBALL_HEADER, team_profiles
+
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+                rows = [json.loads(line) for line in handle if line.strip()]
+            else:
+                reader = csv.DictReader(handle)
+                if tuple(h.strip() for h in reader.fieldnames or ()) == FOOTBALL_HEADER:
+                    return [{"player_id": pid, "display_name": name, "country": country}
+                            for pid, name, country in team_profiles(path)]
+                rows = [{k: (v or None) for k, v in row.items()} for row in reader]
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"cannot read profiles from {path}: {exc}") from None
+    if not all(isinstance(row, dict) for row in rows):
+        raise UsageError(f"{path}: every line must be a JSON object with player_id and "
+                         "display_name")
+    return rows
+
+
+def _import_profiles(args: argparse.Namespace, settings: Any) -> int:
+    """`profile import FILE`: every valid row as one file of the log, then the cache; the
+    invalid rows are reported by line and land nothing."""
+    from leaderboard.profiles import ProfileError, parse_profile, write_profiles
+    from leaderboard.validation import id_problem
+
+    good, bad = [], []
+    for number, row in enumerate(_profile_rows(Path(args.player)), start=1):
+        player = row.get("player_id")
+        fields = {k: v for k, v in row.items() if k != "player_id"}
+        problem = id_problem(player) if isinstance(player, str) else "player_id is missing"
+        if problem is None and isinstance(player, str):
+            try:
+                good.append(parse_profile(player, fields))
+            except ProfileError as exc:
+                problem = str(exc)
+        if problem is not None:
+            bad.append({"row": number, "player_id": player, "problem": problem})
+    stored = write_profiles(settings.lake_dir, good, settings.now(), "cli")
+    warning = _cache(settings, stored)
+    answer = {"file": args.player, "imported": len(stored), "rejected": bad}
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        out.print(f"imported {len(stored):,} profile(s) from {args.player}; "
+                  f"{len(bad):,} row(s) rejected")
+        for item in bad[:10]:
+            err.print(f"  row {item['row']}: {item['problem']}")
+    return 1 if warning else 0
+
+
+def _cache(settings: Any, stored: list[Any]) -> bool:
+    """Put stored profiles in the serving cache; False when done, True (after a warning
+    saying what to do) when Redis could not be reached."""
+    import redis
+
+    try:
+        _leaderboards(settings).profiles.store(stored)
+    except (_ReadFailed, redis.RedisError) as exc:
+        err.print(f"[yellow]warning:[/yellow] saved in the lake, but the serving cache was "
+                  f"not updated ({exc}); run the same command again when Redis is back so "
+                  "listings show it")
+        return True
+    return False
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     from leaderboard.profiles import ProfileError, history_of, parse_profile, write_profile
 
-    _player(args.player)
     settings = _settings(args)
+    if args.action == "import":
+        return _import_profiles(args, settings)
+    _player(args.player)
     if args.action == "get":
         writes = [p.as_dict() for p in history_of(settings.lake_dir, args.player)]
         answer: dict[str, Any] = {"player_id": args.player,
@@ -182,15 +259,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
                                               "avatar_url": args.avatar})
     except ProfileError as exc:
         raise UsageError(str(exc)) from None
-    import redis
-
     stored = write_profile(settings.lake_dir, profile, settings.now(), "cli")
-    try:
-        _leaderboards(settings).profiles.store([stored])
-    except (_ReadFailed, redis.RedisError) as exc:
-        err.print(f"[yellow]warning:[/yellow] saved in the lake, but the serving cache was "
-                  f"not updated ({exc}); run the same `leaderboard profile set` again when "
-                  "Redis is back so listings show it")
+    if _cache(settings, [stored]):
         return 1
     return _emit(args, {"player_id": args.player, "profile": stored.as_dict()}, render_profile)
 
@@ -220,9 +290,13 @@ def register(add: Add, window_flag: Callable[[argparse.ArgumentParser], None]) -
     boards.add_argument("--json", action="store_true")
 
     profile = add("profile", _cmd_profile, "A player's profile: set it (latest write wins, "
-                                           "every write kept in the lake) or get it.")
-    profile.add_argument("action", choices=["set", "get"])
-    profile.add_argument("player")
+                                           "every write kept in the lake), get it, or import "
+                                           "many (CSV or JSONL of player_id, display_name, "
+                                           "country, avatar_url; or the football results, "
+                                           "for the teams' names).")
+    profile.add_argument("action", choices=["set", "get", "import"])
+    profile.add_argument("player", metavar="PLAYER|FILE", help="the player (set, get) or the "
+                                                               "file (import)")
     profile.add_argument("--name", help="set: the display name (1-32 printable characters)")
     profile.add_argument("--country", help="set: ISO 3166-1 alpha-2 code, e.g. KR")
     profile.add_argument("--avatar", help="set: an https URL of the avatar")

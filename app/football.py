@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-__all__ = ["FOOTBALL_HEADER", "football_events", "team_id", "tournament_mode"]
+__all__ = ["FOOTBALL_HEADER", "football_events", "team_id", "team_profiles", "tournament_mode"]
 
 FOOTBALL_HEADER = ("date", "home_team", "away_team", "home_score", "away_score",
                    "tournament", "city", "country", "neutral")
@@ -28,6 +28,27 @@ def team_id(name: str) -> str:
     """A valid player_id for a team: ASCII-folded, other characters as `_`, at most 64."""
     folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
     return _NOT_ID.sub("_", folded).strip("_")[:64] or "unknown"
+
+
+#: Team names the ISO 3166-1 list spells otherwise. England, Scotland, Wales and Northern
+#: Ireland have no alpha-2 code of their own (GB is the union): they get no country.
+_ISO_ALIASES = {"Russia": "RU", "Ivory Coast": "CI", "DR Congo": "CD", "Czech Republic": "CZ",
+                "Turkey": "TR", "Cape Verde": "CV", "Swaziland": "SZ", "Eswatini": "SZ",
+                "Macau": "MO", "Palestine": "PS", "Vatican City": "VA",
+                "United States Virgin Islands": "VI", "Brunei": "BN", "Laos": "LA"}
+
+
+def team_profiles(path: Path) -> list[tuple[str, str, str | None]]:
+    """(player_id, display name, ISO country or None) for every team of the results file:
+    the readable name ("South Korea") of each id the events use ("South_Korea")."""
+    from leaderboard.countries import COUNTRIES
+
+    by_name = {name: code for code, name in COUNTRIES.items()}
+    raw = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+        column_types={name: pa.string() for name in FOOTBALL_HEADER}))
+    names = sorted(set(raw["home_team"].to_pylist()) | set(raw["away_team"].to_pylist()))
+    return [(team_id(name), name, by_name.get(name) or _ISO_ALIASES.get(name))
+            for name in names]
 
 
 def tournament_mode(tournament: str) -> str:

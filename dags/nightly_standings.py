@@ -266,13 +266,15 @@ def nightly_standings() -> None:
         """#### Compact
         Rewrites the day's small landing files as one file with the same rows
         (`jobs.compact`), only once the live speed version's watermark is past the day (else
-        it would fold the new file again) and only files the live version absorbed.
+        it would fold the new file again) and only files the live version absorbed; folds
+        the profile log's files into one (every write kept: `leaderboard.profiles`).
         """
         from datetime import date
 
         from airflow.sdk import get_current_context
 
         from jobs.compact import compact_partition, live_speed_watermark
+        from leaderboard.profiles import compact_log
 
         params = get_current_context()["params"]
         if not params["compact"]:
@@ -280,7 +282,7 @@ def nightly_standings() -> None:
         settings = _settings(params)
         report = compact_partition(settings.lake_dir, date.fromisoformat(as_of),
                                    speed=live_speed_watermark(settings), say=log.info)
-        return report.as_dict()
+        return {**report.as_dict(), "profile_files_compacted": compact_log(settings.lake_dir)}
 
     @task
     def apply_retention(as_of: str, _compacted: dict[str, Any]) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 Views: `events` (the landing zone), `rollups` (the live version's rollups), `standings` (every
 as_of's latest version: as_of, version, board, window_id, then the standings columns),
-`standings_current`, `histograms`, `boards`. The file is rebuilt beside the old one and
-swapped in by rename, so an analyst holding the old file open is never blocked and never
-sees a half-built warehouse. Query it read-only with `leaderboard sql`.
+`standings_current`, `histograms`, `boards`, `players` (each player's latest profile: display
+name, country and its name, avatar) and `profile_history` (every profile write). The file
+is rebuilt beside the old one and swapped in by rename, so an analyst holding the old file
+open is never blocked and never sees a half-built warehouse. Query it read-only with
+`leaderboard sql`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from leaderboard.countries import COUNTRIES
 from leaderboard.manifest import Manifest, list_versions, read_current
+from leaderboard.profiles import PROFILE_SCHEMA, profiles_dir
 from leaderboard.registry import Registry
 
 __all__ = ["refresh_warehouse", "warehouse_path"]
@@ -96,6 +100,34 @@ def _readable(con: duckdb.DuckDBPyConnection, paths: list[str], columns: str,
     return columns, "true" if by_name else "false"
 
 
+def _profile_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
+    """`profile_history` (every write of the profile log, each once) and `players` (each
+    player's latest profile, with the country's name). They read the log's files by glob
+    when queried, so a profile written (or a log compacted) after this refresh is seen."""
+    folder = profiles_dir(lake)
+    con.register("countries_arrow", pa.table({"country": list(COUNTRIES),
+                                              "country_name": list(COUNTRIES.values())}))
+    con.execute("CREATE TABLE countries AS SELECT * FROM countries_arrow")
+    con.unregister("countries_arrow")
+    columns = ", ".join(f'"{name}"' for name in PROFILE_SCHEMA.names)
+    if any(folder.glob("*.parquet")):
+        glob = str(folder / "*.parquet").replace("'", "''")
+        con.execute(f"CREATE VIEW profile_history AS SELECT {columns} FROM read_parquet("
+                    f"'{glob}') QUALIFY row_number() OVER (PARTITION BY write_id) = 1")
+    else:
+        con.execute("CREATE VIEW profile_history AS SELECT NULL::VARCHAR AS player_id, "
+                    "NULL::VARCHAR AS display_name, NULL::VARCHAR AS country, NULL::VARCHAR AS "
+                    "avatar_url, NULL::TIMESTAMPTZ AS updated_at, NULL::VARCHAR AS source, "
+                    'NULL::VARCHAR AS "order", NULL::VARCHAR AS write_id WHERE false')
+    con.execute("""
+        CREATE VIEW players AS
+        SELECT p.player_id, p.display_name, p.country, c.country_name, p.avatar_url,
+               p.updated_at
+        FROM profile_history p LEFT JOIN countries c USING (country)
+        QUALIFY row_number() OVER (PARTITION BY p.player_id ORDER BY p."order" DESC) = 1
+    """)
+
+
 def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
     """Rebuild the warehouse views for the lake's current state; returns its path."""
     lake = (data_dir / "lake").resolve()
@@ -160,6 +192,7 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
         else:
             con.execute("CREATE VIEW standings_current AS SELECT * FROM standings WHERE false")
             con.execute("CREATE VIEW rollups AS SELECT NULL::VARCHAR AS player_id WHERE false")
+        _profile_views(con, lake)
         con.register("boards_arrow", _boards_table(registry))
         con.execute("CREATE TABLE boards AS SELECT * FROM boards_arrow")
         con.unregister("boards_arrow")

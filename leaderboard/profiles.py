@@ -18,7 +18,7 @@ import secrets
 import time
 import unicodedata
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +36,7 @@ from leaderboard.timeutil import format_instant, to_utc
 __all__ = ["AVATAR_URL_MAX", "COUNTRY_CODES", "DISPLAY_NAME_MAX", "DISPLAY_NAME_RAW_MAX",
            "PROFILES_KEY", "PROFILE_SCHEMA", "Profile", "ProfileError", "compact_log",
            "history_of", "latest_profiles", "parse_profile", "profiles_dir", "read_log",
-           "write_profile"]
+           "write_profile", "write_profiles"]
 
 #: The serving cache: a Redis hash player_id -> `<order>\n<profile JSON>` (serving.profiles).
 PROFILES_KEY = "lb:profiles"
@@ -166,16 +166,28 @@ def _order(at: datetime) -> str:
 def write_profile(lake: Path, profile: Profile, at: datetime, source: str) -> Profile:
     """Append one write to the profile log (durable when this returns); the profile as
     stored, with its time and order."""
+    return write_profiles(lake, [profile], at, source)[0]
+
+
+def write_profiles(lake: Path, profiles: Sequence[Profile], at: datetime, source: str
+                   ) -> list[Profile]:
+    """Append writes of many profiles as one file of the log (an import: one fsync, not
+    one per player); later profiles of the same player in `profiles` win."""
+    if not profiles:
+        return []
     at = to_utc(at)
-    order = _order(at)
-    stored = Profile(profile.player_id, profile.display_name, profile.country,
-                     profile.avatar_url, at, order)
-    write_id = uuid.uuid4().hex
-    table = pa.table({"player_id": [stored.player_id], "display_name": [stored.display_name],
-                      "country": [stored.country], "avatar_url": [stored.avatar_url],
-                      "updated_at": pa.array([at], TIMESTAMP), "source": [source],
-                      "order": [order], "write_id": [write_id]}, schema=PROFILE_SCHEMA)
-    atomic_write_parquet(table, profiles_dir(lake) / f"{order}-{write_id[:12]}.parquet")
+    stored = [Profile(p.player_id, p.display_name, p.country, p.avatar_url, at, _order(at))
+              for p in profiles]
+    write_ids = [uuid.uuid4().hex for _ in stored]
+    table = pa.table({"player_id": [p.player_id for p in stored],
+                      "display_name": [p.display_name for p in stored],
+                      "country": [p.country for p in stored],
+                      "avatar_url": [p.avatar_url for p in stored],
+                      "updated_at": pa.array([at] * len(stored), TIMESTAMP),
+                      "source": [source] * len(stored), "order": [p.order for p in stored],
+                      "write_id": write_ids}, schema=PROFILE_SCHEMA)
+    atomic_write_parquet(table, profiles_dir(lake) /
+                         f"{stored[-1].order}-{write_ids[-1][:12]}.parquet")
     return stored
 
 

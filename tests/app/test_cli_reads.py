@@ -185,3 +185,39 @@ def test_bad_profile_input_exits_2_and_lands_nothing(served, capsys, argv, says)
     assert main(argv) == 2
     assert says in capsys.readouterr().err
     assert history_of(served / "lake", "dave") == before
+
+
+def test_profile_import_lands_the_good_rows_in_one_file(served, capsys, tmp_path):
+    source = tmp_path / "names.csv"
+    source.write_text("player_id,display_name,country,avatar_url\n"
+                      "alice,Alice A.,US,\n"
+                      "bob,,,\n"
+                      "erin,Erin,Moon,\n"
+                      "bad id!,Bad,,\n")
+    before = len(list((served / "lake" / "profiles").glob("*.parquet")))
+    code, answer = run_json(capsys, "profile", "import", str(source))
+    assert code == 0
+    assert answer["imported"] == 1
+    assert [(r["row"], r["player_id"]) for r in answer["rejected"]] == [
+        (2, "bob"), (3, "erin"), (4, "bad id!")]
+    assert "display_name is required" in answer["rejected"][0]["problem"]
+    assert len(list((served / "lake" / "profiles").glob("*.parquet"))) == before + 1
+    _, rank = run_json(capsys, "rank", "global", "alice")
+    assert rank["display_name"] == "Alice A."
+
+
+def test_football_import_names_every_team(served, tmp_path, capsys, football_results):
+    """The walkthrough's step: the results file gives each team id its readable name."""
+    from app.football import team_profiles
+
+    teams = {pid: (name, country) for pid, name, country in team_profiles(football_results)}
+    assert teams["South_Korea"] == ("South Korea", "KR")
+    assert teams["Ivory_Coast"] == ("Ivory Coast", "CI")
+    assert teams["England"] == ("England", None)  # no ISO 3166-1 code of its own
+    assert len(teams) == 337
+    assert main(["--data", str(tmp_path / "fb"), "--config", "football", "profile", "import",
+                 str(football_results), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["imported"] == 337
+    _, got = run_json(capsys, "--data", str(tmp_path / "fb"), "--config", "football",
+                      "profile", "get", "South_Korea")
+    assert got["profile"]["display_name"] == "South Korea"

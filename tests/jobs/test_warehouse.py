@@ -154,3 +154,33 @@ def test_versions_published_before_last_match_id_still_load(tmp_path):
         con.close()
     assert {k: counts[k][1] for k in kept} == dict.fromkeys(kept, 0)  # the older release's
     assert {k: counts[k][1] for k in rebuilt} == {k: counts[k][0] for k in rebuilt}
+
+
+def test_players_view_has_each_latest_profile_and_sees_later_writes(tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from leaderboard.profiles import Profile, compact_log, write_profile
+
+    registry = load_registry()
+    lake = tmp_path / "lake"
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    refresh_warehouse(tmp_path, registry)  # no profile yet: empty views, not an error
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM players").fetchall() == [(0,)]
+    con.close()
+    write_profile(lake, Profile("kr", "Korea Republic", "KR"), at, "cli")
+    write_profile(lake, Profile("br", "Brazil", "BR", "https://cdn.example/br.png"), at, "cli")
+    refresh_warehouse(tmp_path, registry)
+    write_profile(lake, Profile("kr", "South Korea", "KR"), at + timedelta(hours=1), "cli")
+    compact_log(lake)  # the files the refresh saw are gone: the views read by glob
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT player_id, display_name, country, country_name, avatar_url "
+                           "FROM players ORDER BY player_id").fetchall() == [
+            ("br", "Brazil", "BR", "Brazil", "https://cdn.example/br.png"),
+            ("kr", "South Korea", "KR", "South Korea", None)]
+        assert con.execute("SELECT display_name FROM profile_history WHERE player_id = 'kr' "
+                           'ORDER BY "order"').fetchall() == [("Korea Republic",),
+                                                              ("South Korea",)]
+    finally:
+        con.close()
