@@ -51,8 +51,7 @@ def quarantine_page(lake: Path, *, reason: str | None = None, since: datetime | 
                                         after=cursor)
     released = released_ids(lake) if rows else {}
     return {"count": len(rows), "next_cursor": next_cursor,
-            "rows": [row.as_dict(released=row.id in released
-                                 and released[row.id][0] == row.identity) for row in rows]}
+            "rows": [row.as_dict(released=row.key in released) for row in rows]}
 
 
 def release_answer(speed: Any, ids: Sequence[str], now: datetime) -> dict[str, Any]:

@@ -1,10 +1,13 @@
 """Reading the quarantine for review: rows with stable ids, and the ledger of releases.
 
-A quarantined row is named by where it lies: `<ingest_date>.<writer>.<seq>.<row>` (its
-file `quarantine/ingest_date=D/part-<writer>-<seq>.parquet`, its row in that file), e.g.
-`2026-12-01.http.12.3`. Files are immutable once renamed into place, so an id names one
-row for good; a listing walks files in (ingest_date, writer, seq) order, and its cursor
-is the id of the last row returned.
+A quarantined row is named by where it lies and what it holds:
+`<ingest_date>.<writer>.<seq>.<row>.<digest>` (its file `quarantine/ingest_date=D/
+part-<writer>-<seq>.parquet`, its row in that file, 8 hex digits of a hash of its values
+and reason), e.g. `2026-12-01.http.12.3.5f0c2a9e`. Quarantine files are written once; an
+erasure may rewrite one without a player's rows, moving later rows up, so a row is found
+by its digest at or above the row number it was listed at, and the ledger keys a release
+by file and digest (`row_key`), not by row number. A listing walks files in (ingest_date,
+writer, seq) order, and its cursor is the id of the last row returned.
 
 A release re-lands chosen rows (`speed_layer.review`). Its ledger is one JSON file per
 release under `lake/quarantine_releases/`, written before the rows land, naming the ids
@@ -18,9 +21,10 @@ does not undo a marked release.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -42,22 +46,34 @@ from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["QUARANTINE_ID_PATTERN", "RELEASE_WRITER", "QuarantineRow", "Release",
            "find_rows", "list_quarantine", "parse_quarantine_id", "read_releases",
-           "released_ids", "write_release"]
+           "released_ids", "row_key", "write_release"]
 
 #: The id of a quarantined row (see the module docstring).
-QUARANTINE_ID_PATTERN = r"^\d{4}-\d{2}-\d{2}\.[a-z0-9_]{1,32}\.\d{1,12}\.\d{1,9}$"
+QUARANTINE_ID_PATTERN = (r"^\d{4}-\d{2}-\d{2}\.[a-z0-9_]{1,32}\.\d{1,12}\.\d{1,9}\."
+                         r"[0-9a-f]{8}$")
 _ID = re.compile(QUARANTINE_ID_PATTERN)
 #: The landing writer that re-lands released rows (one release at a time per lake).
 RELEASE_WRITER = "release"
 _LEDGER = "quarantine_releases"
 
 
-def parse_quarantine_id(text: str) -> tuple[str, str, int, int] | None:
-    """(ingest_date text, writer, seq, row), or None when `text` is not an id."""
+def parse_quarantine_id(text: str) -> tuple[str, str, int, int, str] | None:
+    """(ingest_date text, writer, seq, row, digest), or None when `text` is not an id."""
     if not _ID.match(text):
         return None
-    day, writer, seq, row = text.split(".")
-    return day, writer, int(seq), int(row)
+    day, writer, seq, row, digest = text.split(".")
+    return day, writer, int(seq), int(row), digest
+
+
+def row_key(row_id: str) -> str:
+    """What names a row whatever its row number: the id without it (file and digest)."""
+    day, writer, seq, _, digest = row_id.split(".")
+    return f"{day}.{writer}.{seq}.{digest}"
+
+
+def _digest(values: Sequence[str | None]) -> str:
+    text = "\x1f".join("\x00" if v is None else v for v in values)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -80,17 +96,30 @@ class QuarantineRow:
     def identity(self) -> tuple[str | None, str | None]:
         return self.values.get("match_id"), self.values.get("player_id")
 
+    @property
+    def key(self) -> str:
+        return row_key(self.id)
+
 
 def _position(found: LandedFile) -> tuple[str, str, int]:
     return found.ingest_date.isoformat(), found.writer, found.seq
 
 
-def _rows_of(found: LandedFile, table: pa.Table, rows: list[int]) -> Iterator[QuarantineRow]:
+def _columns(table: pa.Table) -> dict[str, list[Any]]:
+    return {name: table.column(name).to_pylist() for name in table.column_names}
+
+
+def _row_digest(columns: dict[str, list[Any]], row: int) -> str:
+    return _digest([columns[name][row] if name in columns else None
+                    for name in (*INPUT_FIELDS, "reason")])
+
+
+def _rows_of(found: LandedFile, columns: dict[str, list[Any]],
+             rows: Iterable[int]) -> Iterator[QuarantineRow]:
     day, writer, seq = _position(found)
-    columns = {name: table.column(name).to_pylist() for name in table.column_names}
     for row in rows:
         yield QuarantineRow(
-            id=f"{day}.{writer}.{seq}.{row}",
+            id=f"{day}.{writer}.{seq}.{row}.{_row_digest(columns, row)}",
             values={name: columns[name][row] if name in columns else None
                     for name in INPUT_FIELDS},
             reason=columns["reason"][row], detail=columns["detail"][row],
@@ -122,7 +151,7 @@ def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | 
         rows = [i for i, ok in enumerate(pc.fill_null(keep, False).to_pylist()) if ok]
         if start is not None and position == start[:3]:
             rows = [i for i in rows if i > start[3]]
-        for row in _rows_of(landed, table, rows):
+        for row in _rows_of(landed, _columns(table), rows):
             if len(found) == limit:
                 return found, found[-1].id
             found.append(row)
@@ -130,23 +159,28 @@ def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | 
 
 
 def find_rows(lake: Path, ids: list[str]) -> dict[str, QuarantineRow]:
-    """The rows the ids name (ids naming nothing are left out)."""
-    wanted: dict[tuple[str, str, int], dict[int, str]] = {}
+    """The rows the ids name, keyed by the id asked for (ids naming nothing are left out).
+    A row is looked for at its row number, then above it (rows move up when an erasure
+    removes rows before them), by its digest."""
+    wanted: dict[tuple[str, str, int], list[tuple[int, str, str]]] = {}
     for text in ids:
         parsed = parse_quarantine_id(text)
         if parsed is not None:
-            wanted.setdefault(parsed[:3], {})[parsed[3]] = text
+            wanted.setdefault(parsed[:3], []).append((parsed[3], parsed[4], text))
     found: dict[str, QuarantineRow] = {}
     if not wanted:
         return found
     for landed in landed_files(lake, kind="quarantine"):
-        rows = wanted.get(_position(landed))
-        if not rows:
+        asked = wanted.get(_position(landed))
+        if not asked:
             continue
-        table = pq.read_table(landed.path)
-        present = sorted(r for r in rows if r < table.num_rows)
-        for row in _rows_of(landed, table, present):
-            found[row.id] = row
+        columns = _columns(pq.read_table(landed.path))
+        count = len(columns["reason"])
+        for row, digest, text in asked:
+            at = next((r for r in range(min(row, count - 1), -1, -1)
+                       if _row_digest(columns, r) == digest), None)
+            if at is not None:
+                found[text] = next(_rows_of(landed, columns, [at]))
     return found
 
 
@@ -208,8 +242,7 @@ def _release_seqs(lake: Path) -> set[int]:
     return seqs
 
 
-def released_ids(lake: Path) -> dict[str, tuple[tuple[str | None, str | None], datetime]]:
-    """id -> (the identity it was released with, when), over every done release."""
-    return {row_id: ((match_id, player_id), release.released_at)
-            for release in read_releases(lake)
-            for row_id, match_id, player_id in release.rows}
+def released_ids(lake: Path) -> dict[str, datetime]:
+    """`row_key` of every row a done release landed -> when."""
+    return {row_key(row_id): release.released_at
+            for release in read_releases(lake) for row_id, _, _ in release.rows}

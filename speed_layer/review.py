@@ -110,9 +110,9 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                 outcomes[row_id] = Outcome(row_id, "not_found",
                                            f"no quarantined row {row_id}: list them with "
                                            "`leaderboard quarantine list`")
-            elif row_id in done and done[row_id][0] == row.identity:
+            elif row.key in done:
                 outcomes[row_id] = Outcome(row_id, "already_released",
-                                           f"released at {format_instant(done[row_id][1])}; "
+                                           f"released at {format_instant(done[row.key])}; "
                                            "nothing more lands")
             else:
                 todo.append(row)

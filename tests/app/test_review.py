@@ -40,7 +40,7 @@ def test_list_and_release(data, capsys):
     table = capsys.readouterr().out
     assert row["id"] in table
     assert "implausible_rate" in table
-    assert main(["quarantine", "release", row["id"], "2026-12-01.cli.9.9", "--json"]) == 1
+    assert main(["quarantine", "release", row["id"], "2026-12-01.cli.9.9.00000000", "--json"]) == 1
     answer = json.loads(capsys.readouterr().out)
     assert [r["status"] for r in answer["results"]] == ["released", "not_found"]
     assert main(["quarantine", "release", row["id"]]) == 0

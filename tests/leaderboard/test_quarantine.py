@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from leaderboard.lake import LandingWriter
-from leaderboard.quarantine import find_rows, list_quarantine, parse_quarantine_id
+from leaderboard.quarantine import (
+    QUARANTINE_ID_PATTERN,
+    find_rows,
+    list_quarantine,
+    parse_quarantine_id,
+)
 from leaderboard.schema import INPUT_FIELDS, QUARANTINE_SCHEMA
 
 DAY1 = datetime(2026, 12, 1, 9, tzinfo=UTC)
@@ -31,8 +38,9 @@ def test_ids_filters_and_pages(lake):
         a.quarantine(_rows(["unknown_region"], "c"), DAY2)
     every, cursor = list_quarantine(lake)
     assert cursor is None
-    # By (ingest_date, writer, seq, row): ids name the file and the row.
-    assert [r.id for r in every] == ["2026-12-01.a.0.0", "2026-12-01.a.0.1",
+    # By (ingest_date, writer, seq, row): ids name the file, the row and a digest of it.
+    assert all(re.fullmatch(QUARANTINE_ID_PATTERN, r.id) for r in every)
+    assert [_place(r.id) for r in every] == ["2026-12-01.a.0.0", "2026-12-01.a.0.1",
                                      "2026-12-01.a.0.2", "2026-12-01.b.0.0",
                                      "2026-12-01.b.0.1", "2026-12-02.a.1.0"]
     assert [r.values["match_id"] for r in every] == ["a0", "a1", "a2", "b0", "b1", "c0"]
@@ -41,19 +49,39 @@ def test_ids_filters_and_pages(lake):
     pages, after = [], None
     while True:
         page, after = list_quarantine(lake, reason="implausible_rate", limit=2, after=after)
-        pages.append([r.id for r in page])
+        pages.append([_place(r.id) for r in page])
         if after is None:
             break
     assert pages == [["2026-12-01.a.0.0", "2026-12-01.a.0.1"],
                      ["2026-12-01.a.0.2", "2026-12-01.b.0.1"]]
     since, _ = list_quarantine(lake, since=DAY1 + timedelta(minutes=30))
-    assert [r.id for r in since] == ["2026-12-01.a.0.0", "2026-12-01.a.0.1",
+    assert [_place(r.id) for r in since] == ["2026-12-01.a.0.0", "2026-12-01.a.0.1",
                                      "2026-12-01.a.0.2", "2026-12-02.a.1.0"]
     # A cursor is a position: one the API did not hand out still resumes after it.
-    tail, _ = list_quarantine(lake, after="2026-12-01.zz.0.0")
-    assert [r.id for r in tail] == ["2026-12-02.a.1.0"]
-    found = find_rows(lake, ["2026-12-01.b.0.1", "2026-12-01.b.0.9", "nonsense"])
-    assert list(found) == ["2026-12-01.b.0.1"]
-    assert found["2026-12-01.b.0.1"].reason == "implausible_rate"
-    assert parse_quarantine_id("2026-12-01.b.0.1") == ("2026-12-01", "b", 0, 1)
-    assert parse_quarantine_id("2026-12-01.b.0") is None
+    tail, _ = list_quarantine(lake, after="2026-12-01.zz.0.0.00000000")
+    assert [_place(r.id) for r in tail] == ["2026-12-02.a.1.0"]
+    b1 = every[4].id
+    found = find_rows(lake, [b1, "2026-12-01.b.0.9.00000000", "2026-12-01.b.0.0.00000000",
+                             "nonsense"])
+    assert list(found) == [b1]
+    assert found[b1].reason == "implausible_rate"
+    assert parse_quarantine_id(b1) == ("2026-12-01", "b", 0, 1, b1[-8:])
+    assert parse_quarantine_id("2026-12-01.b.0.1") is None
+
+
+def test_a_row_is_found_after_rows_before_it_are_removed(lake):
+    """An erasure rewrites a quarantine file without a player's rows: a row listed before
+    is still found by its id (at its new place), and nothing else is taken for it."""
+    with LandingWriter(lake, "a") as a:
+        [written] = a.quarantine(_rows(["too_late"] * 3, "r"), DAY1)
+    listed, _ = list_quarantine(lake)
+    table = pq.read_table(written.path)
+    pq.write_table(table.slice(1), written.path)  # r0 erased
+    found = find_rows(lake, [listed[0].id, listed[2].id])
+    assert list(found) == [listed[2].id]
+    assert found[listed[2].id].values["match_id"] == "r2"
+    assert found[listed[2].id].key == listed[2].key
+
+
+def _place(row_id: str) -> str:
+    return row_id.rsplit(".", 1)[0]

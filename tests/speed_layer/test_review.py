@@ -81,10 +81,10 @@ def test_a_held_event_is_released_once_and_counted_once_everywhere(tmp_path, red
     assert [(r.values["match_id"], r.reason) for r in rows] == [("m3", "implausible_rate")]
     held = rows[0].id
 
-    outcomes, fold_error = release_rows(speed, [held, held, "2026-12-01.w.999.0"], LATER)
+    outcomes, fold_error = release_rows(speed, [held, held, "2026-12-01.w.999.0.00000000"], LATER)
     assert fold_error is None
     assert [(o.id, o.status) for o in outcomes] == [(held, "released"),
-                                                    ("2026-12-01.w.999.0", "not_found")]
+                                                    ("2026-12-01.w.999.0.00000000", "not_found")]
     assert _top(settings, redis_client) == [("alice", 50), ("bob", 20)]
     # Again: a no-op that says so; the client's own retry of the event is a retry.
     again, _ = release_rows(speed, [held], LATER)

@@ -28,7 +28,8 @@ from leaderboard.validation import REASONS
 
 __all__ = ["ReleaseRequest", "router"]
 
-_ID_RULE = "`<ingest_date>.<writer>.<seq>.<row>`, as listed (e.g. 2026-12-01.http.12.3)"
+_ID_RULE = ("`<ingest_date>.<writer>.<seq>.<row>.<digest>`, as listed (e.g. "
+            "2026-12-01.http.12.3.5f0c2a9e)")
 
 
 class ReleaseRequest(BaseModel):
