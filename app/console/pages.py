@@ -203,8 +203,23 @@ def ops_page() -> str:
         '<button type="submit" data-action="bans">Ban</button>'
         '<button type="submit" data-action="unbans">Unban</button></form>'
         '<p id="admin-result" class="muted">The key is sent as the X-Admin-Key header and kept '
-        "in this tab only (sessionStorage).</p></section>")
+        "in this tab only (sessionStorage).</p></section>" + _review_section())
     return _layout("ops", "Operations", body)
+
+
+def _review_section() -> str:
+    """Quarantined rows listed by reason, and a release of the ones ticked (admin key)."""
+    from leaderboard.validation import REASONS
+
+    options = "".join(f'<option value="{_e(r)}">{_e(r)}</option>' for r in sorted(REASONS))
+    return (
+        '<section><h2>Quarantine review</h2><form id="review" class="search" '
+        'autocomplete="off"><label>Reason <select id="review-reason"><option value="">any'
+        f"</option>{options}</select></label><button type=\"submit\">List</button>"
+        '<button type="button" id="review-release" disabled>Release ticked</button></form>'
+        '<table class="grid" id="review-rows"></table>'
+        '<p id="review-result" class="muted">With the admin key above: the first 50 rows, '
+        "oldest first. A release validates each row again and lands it once.</p></section>")
 
 
 def not_found_page(message: str, registry: Registry) -> str:

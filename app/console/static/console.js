@@ -557,6 +557,7 @@
 
     const key = $("#admin-key");
     key.value = sessionStorage.getItem("leaderboard-admin-key") || "";
+    reviewQuarantine(key);
     $("#admin").addEventListener("submit", async (event) => {
       event.preventDefault();
       const action = event.submitter ? event.submitter.dataset.action : "bans";
@@ -572,6 +573,61 @@
         result.className = "up";
         result.textContent = `${answer.player_id}: ${answer.status} ` +
           `(${nf.format(answer.board_windows)} board-windows)`;
+      } catch (error) {
+        result.className = "error";
+        result.textContent = error.message;
+      }
+    });
+  }
+
+  // Quarantine review: list rows by reason, release the ticked ones (admin key).
+  function reviewQuarantine(key) {
+    const form = $("#review");
+    const result = $("#review-result");
+    const release = $("#review-release");
+    const admin = () => ({ Accept: "application/json", "X-Admin-Key": key.value });
+    async function list() {
+      sessionStorage.setItem("leaderboard-admin-key", key.value);
+      const reason = $("#review-reason").value;
+      try {
+        const page = await api("/v1/admin/quarantine?limit=50" +
+                               (reason ? "&reason=" + enc(reason) : ""), { headers: admin() });
+        const head = h("tr", {}, ["", "id", "reason", "player", "match", "points", "released",
+                                  "detail"].map((t) => h("th", {}, t)));
+        const lines = page.rows.map((r) => h("tr", {},
+          h("td", {}, h("input", { type: "checkbox", "data-id": r.id, disabled: r.released,
+                                   "aria-label": "release " + r.id })),
+          h("td", { class: "id" }, r.id), h("td", {}, r.reason), h("td", {}, r.player_id || ""),
+          h("td", {}, r.match_id || ""), h("td", { class: "num" }, r.points || ""),
+          h("td", {}, r.released ? "yes" : ""), h("td", { class: "muted" }, r.detail)));
+        $("#review-rows").replaceChildren(h("thead", {}, head), h("tbody", {}, ...lines));
+        release.disabled = !page.rows.some((r) => !r.released);
+        result.className = "muted";
+        result.textContent = page.rows.length
+          ? `${num(page.count)} row(s)${page.next_cursor ? " (the first 50)" : ""}`
+          : "No quarantined rows match.";
+      } catch (error) {
+        result.className = "error";
+        result.textContent = error.message;
+      }
+    }
+    form.addEventListener("submit", (event) => { event.preventDefault(); list(); });
+    release.addEventListener("click", async () => {
+      const ids = [...document.querySelectorAll("#review-rows input:checked")]
+        .map((box) => box.dataset.id);
+      if (!ids.length) {
+        result.className = "error";
+        result.textContent = "Tick the rows to release first.";
+        return;
+      }
+      try {
+        const answer = await api("/v1/admin/quarantine/release", {
+          method: "POST", headers: Object.assign({ "Content-Type": "application/json" }, admin()),
+          body: JSON.stringify({ ids }) });
+        await list();
+        result.className = "up";
+        result.textContent = `released ${num(answer.released)}: ` + answer.results.map((r) =>
+          `${r.id} ${r.status}${r.reason ? " (" + r.reason + ")" : ""}`).join("; ");
       } catch (error) {
         result.className = "error";
         result.textContent = error.message;

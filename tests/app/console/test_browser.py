@@ -208,6 +208,7 @@ def test_board_page_shows_the_mover_and_pages(server, browser, capsys):
 
 def test_distribution_ops_and_a_ban(server, browser, capsys):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
 
     browser.get(f"{server.base}/console/distribution?board=global")
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#dist-histogram svg rect"), 10,
@@ -237,6 +238,16 @@ def test_distribution_ops_and_a_ban(server, browser, capsys):
           "the ban confirmed")
     after = httpx.get(f"{server.base}/v1/boards/global/players/{leader}").json()
     assert after["status"] == "unranked"
+    # Quarantine review: list by reason, tick a row, release it; its reason still holds.
+    Select(browser.find_element(By.ID, "review-reason")).select_by_value("unknown_region")
+    browser.find_element(By.CSS_SELECTOR, "#review button[type='submit']").click()
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#review-rows tbody input"), 5,
+          "the quarantined rows listed")
+    assert "points_out_of_bounds" not in _text(browser, "#review-rows")
+    browser.find_element(By.CSS_SELECTOR, "#review-rows tbody input").click()
+    browser.find_element(By.ID, "review-release").click()
+    _wait(browser, lambda d: "rejected (unknown_region)" in _text(d, "#review-result"), 5,
+          "the release's answer per row")
     _shot(browser, "ops", capsys)
     assert _severe(browser, expected="/v1/admin/bans - Failed to load resource: the server "
                                      "responded with a status of 403") == []
