@@ -1,18 +1,21 @@
 """The serving cache of player profiles: one Redis hash, read in one HMGET per answer.
 
-`lb:profiles` maps a player id to `<order>\\n<profile JSON>` (the latest write, by the lake
-log's `order`), plus one field `""` (no player id is empty) that says the hash was loaded
-from the lake. Every read asks for that field in the same HMGET as the players, so a hash
-that lost its data (a flush, a restart without the AOF) is seen on the next read and
-reloaded from the lake's profile log then (`leaderboard.profiles`), before answering. Writes
-go through one script that keeps a value only if its order is greater than the one there,
-so a reload racing a new write, or two writers racing each other, leave the latest write.
-About 100-200 bytes a profile in Redis.
+`lb:profiles` maps a player id to `<order>\\n<search key>\\n<profile JSON>` (the latest
+write, by the lake log's `order`), plus one field `""` (no player id is empty) that says the
+hash was loaded from the lake. Every read asks for that field in the same HMGET as the
+players, so a hash that lost its data (a flush, a restart without the AOF) is seen on the
+next read and reloaded from the lake's profile log then (`leaderboard.profiles`), before
+answering. Writes go through one script that keeps a value only if its order is greater
+than the one there, so a reload racing a new write, or two writers racing each other,
+leave the latest write.
+A sorted set beside it indexes the names for a prefix search (`find`, the console's). About
+200-300 bytes a profile in Redis, both together.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -24,30 +27,46 @@ from leaderboard.profiles import PROFILES_KEY, Profile, latest_profiles
 from leaderboard.timeutil import format_instant
 from serving.merge import registered_script
 
-__all__ = ["LOADED_FIELD", "ProfileCache"]
+__all__ = ["LOADED_FIELD", "NAMES_KEY", "ProfileCache", "search_key"]
 
 #: The field that marks the hash as loaded from the lake (no player id is empty).
 LOADED_FIELD = ""
+#: The name index: a sorted set of `<search key>\0<player_id>` at score 0, searched by
+#: prefix with ZRANGEBYLEX; in the hash's Redis Cluster slot (its hash tag is the hash's
+#: name), so the one script keeps both.
+NAMES_KEY = "{" + PROFILES_KEY + "}:names"
 _CHUNK = 1000
 
-#: KEYS[1]: the hash. ARGV: (player, order, value) triples; a value replaces the one there
-#: only if its order is greater. Returns how many were written.
+#: KEYS[1]: the hash, KEYS[2]: the name index. ARGV: (player, order, search key, JSON)
+#: quadruples; a value replaces the one there only if its order is greater, and the index
+#: trades the old name's member for the new one. Returns how many were written.
 SET_NEWER_SCRIPT = """
 local written = 0
-for i = 1, #ARGV, 3 do
+for i = 1, #ARGV, 4 do
   local old = redis.call('HGET', KEYS[1], ARGV[i])
-  local older = true
+  local older, oldkey = true, nil
   if old then
     local cut = string.find(old, '\\n', 1, true)
     older = cut ~= nil and string.sub(old, 1, cut - 1) < ARGV[i + 1]
+    local rest = cut and string.find(old, '\\n', cut + 1, true)
+    if rest then oldkey = string.sub(old, cut + 1, rest - 1) end
   end
   if older then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. '\\n' .. ARGV[i + 2])
+    if oldkey then redis.call('ZREM', KEYS[2], oldkey .. '\\0' .. ARGV[i]) end
+    redis.call('HSET', KEYS[1], ARGV[i],
+               ARGV[i + 1] .. '\\n' .. ARGV[i + 2] .. '\\n' .. ARGV[i + 3])
+    redis.call('ZADD', KEYS[2], 0, ARGV[i + 2] .. '\\0' .. ARGV[i])
     written = written + 1
   end
 end
 return written
 """
+
+
+def search_key(name: str) -> str:
+    """How names are compared in a search: NFKC, case-folded (so "ANN", "ann" and "Ann"
+    find each other, and a full-width letter finds its ASCII twin)."""
+    return unicodedata.normalize("NFKC", name).casefold()
 
 
 def _encode(profile: Profile) -> str:
@@ -59,9 +78,11 @@ def _encode(profile: Profile) -> str:
 
 
 def _decode(raw: bytes | None) -> dict[str, Any] | None:
+    """A cached value's profile: its last line (`<order>\n<search key>\n<JSON>`; the JSON
+    and the key hold no raw newline, since a display name holds no control character)."""
     if raw is None:
         return None
-    return json.loads(raw.partition(b"\n")[2])  # type: ignore[no-any-return]
+    return json.loads(raw.rpartition(b"\n")[2])  # type: ignore[no-any-return]
 
 
 class ProfileCache:
@@ -79,12 +100,13 @@ class ProfileCache:
         calls = 0
         batch: list[str] = []
         for profile in profiles:
-            batch += [profile.player_id, profile.order, _encode(profile)]
-            if len(batch) >= 3 * _CHUNK:
-                self._set_newer(keys=[PROFILES_KEY], args=batch, client=pipe)
+            batch += [profile.player_id, profile.order, search_key(profile.display_name),
+                      _encode(profile)]
+            if len(batch) >= 4 * _CHUNK:
+                self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch, client=pipe)
                 batch, calls = [], calls + 1
         if batch:
-            self._set_newer(keys=[PROFILES_KEY], args=batch, client=pipe)
+            self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch, client=pipe)
             calls += 1
         return sum(int(n) for n in pipe.execute()) if calls else 0
 
@@ -113,6 +135,23 @@ class ProfileCache:
             return []
         return [None if value is None else value["display_name"]
                 for value in map(_decode, self._fetch(players))]
+
+    def find(self, text: str, limit: int = 10) -> list[dict[str, Any]]:
+        """Players whose display name starts with `text` (compared by `search_key`), by
+        name then id, at most `limit`: one ZRANGEBYLEX on the name index and one HMGET."""
+        key = search_key(text).encode()
+        if not key or limit < 1:
+            return []
+        self._fetch([])  # a hash that lost its data is reloaded, the index with it
+        members = self.client.zrangebylex(NAMES_KEY, b"[" + key, b"[" + key + b"\xff",
+                                          start=0, num=limit)
+        players = [(m if isinstance(m, bytes) else m.encode()).rpartition(b"\0")[2].decode()
+                   for m in members]
+        found = []
+        for player, value in zip(players, map(_decode, self._fetch(players)), strict=True):
+            if value is not None:
+                found.append({"player_id": player, **value})
+        return found
 
     def get(self, player: str) -> dict[str, Any] | None:
         """A player's latest profile (player_id, display_name, country, avatar_url,

@@ -123,17 +123,37 @@ def board_page(registry: Registry, board: Board, window: str, n: int) -> str:
                    {"board": board.name, "window": window, "n": str(n)})
 
 
+def _matches(board: Board, window: str, searched: str,
+             matches: Sequence[Mapping[str, str]]) -> str:
+    """The players whose display name starts with what was searched, as links."""
+    if not searched:
+        return ""
+    if not matches:
+        return (f'<p class="muted" id="name-matches">No player named “{_e(searched)}…” '
+                "(display names are set with the profile API).</p>")
+    links = "".join(
+        '<li><a href="/console/players?'
+        f'{_e(urlencode({"board": board.name, "window": window, "player": m["player_id"]}))}">'
+        f'{_e(m["display_name"])}</a> <span class="id">{_e(m["player_id"])}</span></li>'
+        for m in matches)
+    return (f'<section id="name-matches"><h2>Players named “{_e(searched)}…”</h2>'
+            f"<ul>{links}</ul></section>")
+
+
 def player_page(registry: Registry, board: Board, window: str, player: str,
-                friends: str) -> str:
-    """Player search: live rank card, neighbours, rank history, and a friends view."""
+                friends: str, *, searched: str = "",
+                matches: Sequence[Mapping[str, str]] = ()) -> str:
+    """Player search by id or display name: live rank card, neighbours, rank history, and a
+    friends view; `matches` lists the players whose name starts with `searched`."""
     form = (
         '<form class="search" method="get" action="/console/players">'
         f"{_board_and_window(registry, board, window)}"
-        f'<label>Player id <input name="player" id="player-input" value="{_e(player)}" '
-        'required maxlength="64" pattern="[A-Za-z0-9_.:\\-]{1,64}" placeholder="e.g. p00042" '
-        'autocomplete="off"></label>'
+        f'<label>Player id or name <input name="player" id="player-input" '
+        f'value="{_e(player or searched)}" required maxlength="64" '
+        'placeholder="e.g. p00042 or a display name" autocomplete="off"></label>'
         f'<input type="hidden" name="friends" value="{_e(friends)}">'
-        '<button type="submit" id="player-search">Search</button></form>')
+        '<button type="submit" id="player-search">Search</button></form>'
+        + _matches(board, window, searched, matches))
     panels = ""
     if player:
         panels = (

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
-from typing import Annotated, Protocol, cast
+from typing import Annotated, Any, Protocol, cast
 
+import redis
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
@@ -20,6 +21,7 @@ from app.console import pages
 from app.console.ops import QuarantineTally, ops_status
 from leaderboard.registry import Board, Registry, RegistryError
 from leaderboard.settings import Settings
+from leaderboard.validation import id_problem
 from serving.service import Leaderboards
 from speed_layer.service import SpeedLayer
 
@@ -101,8 +103,43 @@ def player_page(request: Request, board: _Text = "", window: _Text = "", player:
     found = _default_board(service, board)
     if isinstance(found, HTMLResponse):
         return found
-    return _html(pages.player_page(service.registry, found, _window(found, window),
-                                   player.strip()[:64], friends.strip()))
+    text, shown = player.strip()[:64], _window(found, window)
+    matches = _named(service, text)
+    if text and not matches and id_problem(text) is not None:  # neither an id nor a name
+        return _html(pages.player_page(service.registry, found, shown, "", friends.strip(),
+                                       searched=text))
+    if not matches or _known(service, found, shown, text):
+        # An id (or nothing to choose from): its page, and others whose name starts so.
+        matches = [m for m in matches if m["player_id"] != text]
+        return _html(pages.player_page(service.registry, found, shown, text, friends.strip(),
+                                       searched=text if matches else "", matches=matches))
+    # A name: the page of the one player it names, else the list to choose from.
+    text, searched = ("", text) if len(matches) != 1 else (matches[0]["player_id"], "")
+    return _html(pages.player_page(service.registry, found, shown, text, friends.strip(),
+                                   searched=searched, matches=matches))
+
+
+def _named(service: ConsoleService, text: str) -> list[dict[str, Any]]:
+    """Players whose display name starts with `text` (none when Redis cannot say: the
+    page still works by id)."""
+    if not text:
+        return []
+    try:
+        return service.boards.profiles.find(text, limit=20)
+    except redis.RedisError:
+        return []
+
+
+def _known(service: ConsoleService, board: Board, window: str, text: str) -> bool:
+    """Whether `text` is the id of a player with a profile or a rank on the board (two
+    short reads); when Redis cannot say, a valid id is taken as one."""
+    if id_problem(text) is not None:
+        return False
+    try:
+        return (service.boards.profiles.get(text) is not None
+                or service.boards.player(board.name, text, window)["status"] == "ranked")
+    except redis.RedisError:
+        return True
 
 
 @router.get("/console/distribution")

@@ -117,3 +117,18 @@ def test_the_top_cache_forgets_pages_listing_a_renamed_player(world, redis_clien
                                                                    ("bob", "Robert")]
     assert cache.top(world, "region:eu", 2) is other  # untouched: still the kept answer
     assert cache.forget_players(["carol"]) == 0
+
+
+def test_names_are_found_by_prefix_and_a_rename_moves_the_entry(world, redis_client):
+    profiles = world.profiles
+    assert [p["player_id"] for p in profiles.find("ann")] == ["ann"]  # any case
+    assert [p["player_id"] for p in profiles.find("ANN L")] == ["ann"]
+    assert profiles.find("대한")[0]["display_name"] == "대한민국"
+    profiles.store([write_profile(world.lake, Profile("bob", "Annika"), NOW, "s1")])
+    assert [p["player_id"] for p in profiles.find("ann")] == ["ann", "bob"]  # by name
+    assert [p["player_id"] for p in profiles.find("ann", limit=1)] == ["ann"]
+    profiles.store([write_profile(world.lake, Profile("ann", "Zoe"), NOW, "s1")])
+    assert [p["player_id"] for p in profiles.find("ann")] == ["bob"]  # the old name is gone
+    assert profiles.find("") == []
+    redis_client.flushall()  # the index goes with the hash, and comes back with it
+    assert [p["player_id"] for p in profiles.find("z")] == ["ann"]
