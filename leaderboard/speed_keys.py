@@ -120,10 +120,13 @@ def state_needed(lake: Path, watermark: datetime | None, *, margin: timedelta = 
     return any(since is None or f.ingest_date >= since for f in landed_files(lake))
 
 
-def read_live_version(client: redis.Redis, lake: Path) -> SpeedVersion | None:
-    """The live speed version for readers: the pointer with its epoch; None when no state
-    was ever needed (no pointer and nothing in the lake past the published watermark).
-    Raises StateLost when the state is gone or predates the epoch."""
+def read_live_version(client: redis.Redis, lake: Path, *, margin: timedelta = timedelta(0)
+                      ) -> SpeedVersion | None:
+    """The live speed version: the pointer with its epoch; None when no state was ever
+    needed (no pointer and nothing in the lake since `margin` before the published
+    watermark: readers need the events since the watermark, writers the door's record of
+    the idempotency horizons before it too). Raises StateLost when the state is gone or
+    predates the epoch: the one rule of a lost state, for readers and writers alike."""
     found = read_current_version(client)
     if found is not None and found.epoch:
         return found
@@ -132,9 +135,10 @@ def read_live_version(client: redis.Redis, lake: Path) -> SpeedVersion | None:
                         "release)")
     manifest = read_current(lake)
     watermark = None if manifest is None else watermark_for(manifest.as_of_date)
-    if state_needed(lake, watermark):
+    if state_needed(lake, watermark, margin=margin):
         raise StateLost("the speed state is missing from Redis (its version pointer is gone) "
-                        "while the lake holds events since the watermark")
+                        "while the lake holds events since the watermark" + (
+                            " or within the idempotency horizon" if margin else ""))
     return None
 
 

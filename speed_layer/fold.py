@@ -51,7 +51,7 @@ from leaderboard.speed_keys import (
 from leaderboard.timeutil import duration_us, epoch_us
 from leaderboard.voids import VoidIndex
 
-__all__ = ["FOLD_SCRIPT", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
+__all__ = ["FOLD_SCRIPT", "KEPT_BASES", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
            "ScriptPipeline", "Update", "identities", "plan_updates", "predecessors",
            "value_fields"]
 
@@ -630,6 +630,10 @@ class Call:
     args: list[str | int | bytes]
 
 
+#: Versions whose base keys a Folder keeps (the live one, and the next while a rebase runs).
+KEPT_BASES = 2
+
+
 class Folder:
     """Folds landed files into the speed state of one version.
 
@@ -657,12 +661,21 @@ class Folder:
                                     None] | None = None
 
     def base(self, version: SpeedVersion) -> BaseKeys:
+        """The base keys of a version, kept for the KEPT_BASES versions used last (the live
+        one and the one a rebase builds): a long-running process drops older ones."""
         tag = version.tag
-        if tag not in self._bases:
-            view = None
-            if version.version is not None:
-                view = BatchView(self.lake, read_version(self.lake, version.version))
-            self._bases[tag] = BaseKeys(view)
+        if tag in self._bases:
+            self._bases[tag] = self._bases.pop(tag)  # most recently used last
+            return self._bases[tag]
+        view = None
+        if version.version is not None:
+            view = BatchView(self.lake, read_version(self.lake, version.version))
+        self._bases[tag] = BaseKeys(view)
+        while len(self._bases) > KEPT_BASES:
+            dropped = next(iter(self._bases))
+            del self._bases[dropped]
+            for key in [k for k in self.past_floor if k[0] == dropped]:
+                del self.past_floor[key]
         return self._bases[tag]
 
     def voids_of(self, table: pa.Table) -> VoidIndex:

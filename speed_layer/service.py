@@ -4,6 +4,7 @@ rebuild, bans and status. The CLI, the HTTP app and the DAG all go through it.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from leaderboard.speed_keys import (
     StateLost,
     bans_key,
     read_current_version,
-    state_needed,
+    read_live_version,
     voids_key,
     windows_key,
 )
@@ -50,9 +51,48 @@ _RELEASE_IF_OWNER = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-#: Held while a rebuild runs (one at a time across processes); expires if its process dies.
+#: KEYS: a lock. ARGV: the owner's token, milliseconds. Extends the lock only while that
+#: owner holds it; returns 0 if it does not.
+_EXTEND_IF_OWNER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+#: Held while a rebuild runs (one at a time across processes); expires if its process dies,
+#: and is extended every third of this while the rebuild runs (a rebuild may take longer).
 _REBUILDING = "lb:rebuilding"
 _REBUILD_LOCK_SECONDS = 600
+#: Keys whose MEMORY USAGE `status` sums (the console polls it): past this it extrapolates.
+_STATUS_MEMORY_SAMPLE = 5000
+
+
+class _LockKeeper:
+    """Keeps a lock in Redis while its owner works: a thread extends it every third of its
+    ttl, so a rebuild longer than the ttl keeps it, while a dead process's lock still
+    expires. `lost` turns True if the lock was gone (expired, or taken) at a beat."""
+
+    def __init__(self, client: redis.Redis, key: str, token: str, seconds: float) -> None:
+        self.client, self.key, self.token, self.seconds = client, key, token, seconds
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"keep {key}", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.seconds / 3):
+            try:
+                if not self.client.eval(_EXTEND_IF_OWNER, 1, self.key, self.token,
+                                        int(self.seconds * 1000)):
+                    self.lost = True
+                    return
+            except redis.RedisError:
+                continue  # a blip: the next beat retries (the ttl leaves room for two)
+
+    def __enter__(self) -> _LockKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class RebuildRunning(StateLost):
@@ -126,19 +166,13 @@ class SpeedLayer:
         """The live speed version. On first use (nothing in the lake a state must hold) it
         is pointed at the lake's live batch version with a new epoch; a state that lost its
         past (Redis lost its data) raises StateLost instead: it must be rebuilt first."""
-        found = read_current_version(self.client)
-        if found is not None and found.epoch:
-            return found
+        # Writers need the door's record too: a state is needed for the lake's events
+        # within two horizons before the watermark, not only since it.
+        found = read_live_version(self.client, self.lake,
+                                  margin=self.registry.idempotency_horizon * 2)
         if found is not None:
-            raise StateLost("the speed state predates its epoch record (written by an older "
-                            "release)")
-        live = self.version_of(read_current(self.lake))
-        if state_needed(self.lake, live.watermark,
-                        margin=self.registry.idempotency_horizon * 2):
-            raise StateLost("the speed state is missing from Redis (its version pointer is "
-                            "gone) while the lake holds events since the watermark or within "
-                            "the idempotency horizon")
-        fresh = live.with_epoch()
+            return found
+        fresh = self.version_of(read_current(self.lake)).with_epoch()
         # Redis may have lost its ban set with the rest (a flush with nothing recent in the
         # lake): the lake's bans go into the state before any fold can read it.
         self.apply_bans(fresh, atomic=False)
@@ -328,52 +362,62 @@ class SpeedLayer:
         The version pointer is written last: until then the state counts as lost, so
         nothing is served from it or folded onto it by live ingest (files landed meanwhile
         stay pending and are folded right after). One rebuild runs at a time (a lock in
-        Redis); another raises RebuildRunning. Fault checkpoint: rebuild.after_reset.
+        Redis, extended while the rebuild runs, so one longer than its ttl keeps it); another
+        raises RebuildRunning. Fault checkpoint: rebuild.after_reset.
         """
         token = uuid.uuid4().hex
-        if not self.client.set(_REBUILDING, token, nx=True, ex=_REBUILD_LOCK_SECONDS):
+        seconds = _REBUILD_LOCK_SECONDS
+        if not self.client.set(_REBUILDING, token, nx=True, ex=seconds):
             raise RebuildRunning("a rebuild of the speed state is already running; wait for "
                                  "it (`leaderboard speed status` shows when it is done)")
         try:
-            version = self.version_of(read_current(self.lake)).with_epoch()
-            self.client.delete(CURRENT)
-            keys = self._version_keys(version.tag)
-            for start in range(0, len(keys), 1000):
-                self.client.delete(*keys[start:start + 1000])
-            self.sync_bans()
-            self.sync_voids()
-            faults.checkpoint("rebuild.after_reset")
-            horizon_start = now - self.registry.idempotency_horizon * 2
-            recent = []
-            for landed in landed_files(self.lake):
-                if landed.ingest_date >= (horizon_start - timedelta(days=1)).date():
-                    table = pq.read_table(landed.path)
-                    table = table.filter(pc.greater_equal(
-                        table.column("ingested_at"),
-                        pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
-                    self._remember_landed(table)
-                    recent.append(table)
-            for held in landed_files(self.lake, kind="quarantine"):  # a retry stays a retry
-                if held.ingest_date >= (horizon_start - timedelta(days=1)).date():
-                    ids = held_ids(held.path)
-                    self._remember_landed(ids.filter(pc.greater_equal(
-                        ids.column("ingested_at"),
-                        pa.scalar(horizon_start, ids.schema.field("ingested_at").type))))
-            # Ids first ingested before the watermark (within the horizon) are counted by the
-            # base: a copy landed since (the door's record was lost) is a duplicate.
-            seen = set() if version.watermark is None else identities(
-                [t.filter(pc.less(t.column("ingested_at"), pa.scalar(
-                    version.watermark, t.schema.field("ingested_at").type))) for t in recent])
-            folded = self.folder.catch_up(version, building=True, dedupe=True, seen=seen)
-            self.apply_bans(version, atomic=False)  # the pointer is not written yet
-            self.apply_voids(version)
-            self.client.set(CURRENT, version.to_json())
-            self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
-            self.apply_voids(version)
-            return folded + self.folder.catch_up(version)
+            with _LockKeeper(self.client, _REBUILDING, token, seconds) as keeper:
+                return self._rebuild(now, keeper)
         finally:
             # Compare and delete in one step: never another rebuild's lock.
             self.client.eval(_RELEASE_IF_OWNER, 1, _REBUILDING, token)
+
+    def _rebuild(self, now: datetime, keeper: _LockKeeper) -> int:
+        version = self.version_of(read_current(self.lake)).with_epoch()
+        self.client.delete(CURRENT)
+        keys = self._version_keys(version.tag)
+        for start in range(0, len(keys), 1000):
+            self.client.delete(*keys[start:start + 1000])
+        self.sync_bans()
+        self.sync_voids()
+        faults.checkpoint("rebuild.after_reset")
+        horizon_start = now - self.registry.idempotency_horizon * 2
+        recent = []
+        for landed in landed_files(self.lake):
+            if landed.ingest_date >= (horizon_start - timedelta(days=1)).date():
+                table = pq.read_table(landed.path)
+                table = table.filter(pc.greater_equal(
+                    table.column("ingested_at"),
+                    pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
+                self._remember_landed(table)
+                recent.append(table)
+        for held in landed_files(self.lake, kind="quarantine"):  # a retry stays a retry
+            if held.ingest_date >= (horizon_start - timedelta(days=1)).date():
+                ids = held_ids(held.path)
+                self._remember_landed(ids.filter(pc.greater_equal(
+                    ids.column("ingested_at"),
+                    pa.scalar(horizon_start, ids.schema.field("ingested_at").type))))
+        # Ids first ingested before the watermark (within the horizon) are counted by the
+        # base: a copy landed since (the door's record was lost) is a duplicate.
+        seen = set() if version.watermark is None else identities(
+            [t.filter(pc.less(t.column("ingested_at"), pa.scalar(
+                version.watermark, t.schema.field("ingested_at").type))) for t in recent])
+        folded = self.folder.catch_up(version, building=True, dedupe=True, seen=seen)
+        self.apply_bans(version, atomic=False)  # the pointer is not written yet
+        self.apply_voids(version)
+        if keeper.lost:
+            raise RebuildRunning("this rebuild lost its lock (Redis stalled longer than "
+                                 "its ttl) and another may be running: run `leaderboard "
+                                 "speed rebuild` again once `speed status` shows none")
+        self.client.set(CURRENT, version.to_json())
+        self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
+        self.apply_voids(version)
+        return folded + self.folder.catch_up(version)
 
     # -- bans -------------------------------------------------------------------------------
 
@@ -667,11 +711,7 @@ class SpeedLayer:
         # A hole: a pending file with a later file of its writer folded (a fold that failed).
         holes = [f for f in pending
                  if max(progress.after.get(f.writer, {}), default=-1) > f.seq]
-        keys = 0
-        memory = 0
-        for key in self.client.scan_iter(match=f"lb:{{*}}:{version.tag}:*", count=1000):
-            keys += 1
-            memory += int(self.client.memory_usage(key, samples=0) or 0)
+        keys, memory = self._state_memory(version)
         door_bytes, _ids = self.door.memory()
         return SpeedStatus(
             state=state, version=version.version,
@@ -682,3 +722,28 @@ class SpeedLayer:
             memory_bytes=memory + door_bytes, banned=int(self.client.scard(BANNED)),
         )
 
+    def _state_memory(self, version: SpeedVersion) -> tuple[int, int]:
+        """(keys, bytes) of a version's board-window keys: MEMORY USAGE pipelined a thousand
+        keys a round trip over the first _STATUS_MEMORY_SAMPLE keys, extrapolated past them
+        by their mean (the console polls this every few seconds)."""
+        keys, measured, memory = 0, 0, 0
+        batch: list[Any] = []
+
+        def measure() -> None:
+            nonlocal measured, memory
+            pipe = self.client.pipeline(transaction=False)
+            for key in batch:
+                pipe.memory_usage(key, samples=0)
+            memory += sum(int(r or 0) for r in pipe.execute())
+            measured += len(batch)
+            batch.clear()
+
+        for key in self.client.scan_iter(match=f"lb:{{*}}:{version.tag}:*", count=1000):
+            keys += 1
+            if measured + len(batch) < _STATUS_MEMORY_SAMPLE:
+                batch.append(key)
+                if len(batch) == 1000:
+                    measure()
+        if batch:
+            measure()
+        return keys, memory if measured >= keys else round(memory / measured * keys)

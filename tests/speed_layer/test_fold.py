@@ -155,3 +155,22 @@ def test_last_marks_order_as_text_like_the_times(times):
     assert {len(m) for m in marks} == {20}
     assert sorted(marks) == [marks[i] for i in sorted(range(len(times)), key=times.__getitem__)]
     assert len(set(marks)) == len(set(times))
+
+
+def test_a_folder_keeps_the_base_keys_of_two_versions_only(redis_client, tmp_path):
+    """`Folder._bases` kept every version's base keys for the life of the process (a server
+    running for months held one per night); now the two used last (live, and a rebase's
+    next)."""
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "data")})
+    land(settings.lake_dir, settings.registry,
+         random_stream(54, start=START, days=3, matches=6, late_share=0.0))
+    folder = Folder(redis_client, settings.registry, settings.lake_dir)
+    versions = []
+    for as_of in (date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)):
+        manifest = run_batch(settings, as_of).manifest
+        versions.append(SpeedVersion(manifest.version, watermark_for(manifest.as_of_date)))
+        folder.base(versions[-1])
+    assert list(folder._bases) == [v.tag for v in versions[1:]]
+    folder.base(versions[1])  # used again: the newest is now the one to drop next
+    folder.base(versions[0])
+    assert list(folder._bases) == [versions[1].tag, versions[0].tag]

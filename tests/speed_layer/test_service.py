@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -22,8 +23,9 @@ from leaderboard.manifest import read_current
 from leaderboard.redis_server import EmbeddedRedis
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
+from speed_layer import service
 from speed_layer.ingest import Ingestor
-from speed_layer.service import SpeedLayer
+from speed_layer.service import RebuildRunning, SpeedLayer
 
 pytestmark = pytest.mark.redis
 START = day("2026-11-28")
@@ -459,3 +461,52 @@ def test_a_fresh_state_after_a_flush_takes_the_lakes_bans(world, redis_client):
     served = Leaderboards(lake, registry, redis_client, now=lambda: at)
     assert [e.player_id for e in served.merged("global", "all-time").top(10)] == ["bob"]
     assert served.player("global", "ann", "all-time")["status"] == "unranked"
+
+
+def test_a_rebuild_longer_than_its_lock_ttl_keeps_the_lock(world, redis_client, monkeypatch):
+    """The rebuild lock had a fixed ttl and was never extended: a rebuild running past it
+    lost the lock, and a second rebuild ran beside it. Now it is extended while the rebuild
+    runs (the ttl shrunk to 3 s here; the rebuild waits past twice that)."""
+    lake, registry, speed = world
+    ingest_all(speed, lake, registry, random_stream(52, start=START, matches=10,
+                                                    duplicate_share=0.0))
+    monkeypatch.setattr(service, "_REBUILD_LOCK_SECONDS", 3)
+    second: list[BaseException] = []
+
+    def slow(_name: str) -> None:
+        ends = time.monotonic() + 7
+        while time.monotonic() < ends:  # a rebuild past its ttl, twice over
+            time.sleep(0.25)
+        try:
+            SpeedLayer(redis_client, registry, lake).rebuild(START + timedelta(days=1))
+        except RebuildRunning as exc:
+            second.append(exc)
+
+    with faults.injected("rebuild.after_reset", faults.on_hit(1, slow)):
+        speed.rebuild(START + timedelta(days=1))
+    assert len(second) == 1, "a second rebuild ran while the first was still rebuilding"
+    assert redis_client.get("lb:rebuilding") is None  # released at the end
+    assert speed.status().state.startswith("ok")
+
+
+def test_status_bounds_its_memory_probe(world, redis_client, monkeypatch):
+    """`status` (polled by the console) sent one MEMORY USAGE per key of the version; it now
+    measures at most a sample, pipelined, and extrapolates."""
+    lake, registry, speed = world
+    ingest_all(speed, lake, registry, random_stream(53, start=START, matches=30,
+                                                    duplicate_share=0.0))
+    exact = speed.status()
+    assert exact.keys > 12
+    monkeypatch.setattr(service, "_STATUS_MEMORY_SAMPLE", 10)
+
+    def memory_calls() -> int:
+        stats = redis_client.info("commandstats")
+        return int(stats.get("cmdstat_memory|usage", stats.get("cmdstat_memory", {}))
+                   .get("calls", 0))
+
+    before = memory_calls()
+    sampled = speed.status()
+    door_keys = len(list(redis_client.scan_iter(match="lb:ids:*")))
+    assert memory_calls() - before == 10 + door_keys
+    assert sampled.keys == exact.keys
+    assert 0 < sampled.memory_bytes < 10 * exact.memory_bytes
