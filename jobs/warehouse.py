@@ -3,7 +3,9 @@
 Views: `events` (the landing zone), `rollups` (the live version's rollups), `standings` (every
 as_of's latest version: as_of, version, board, window_id, then the standings columns),
 `standings_current`, `histograms`, `boards`, `players` (each player's latest profile: display
-name, country and its name, avatar) and `profile_history` (every profile write). The file
+name, country and its name, avatar), `profile_history` (every profile write) and
+`quarantine` (every rejected or held row with its reason, landing day, writer, file seq and
+row in its file; read by glob, so rows quarantined after the refresh show too). The file
 is rebuilt beside the old one and swapped in by rename, so an analyst holding the old file
 open is never blocked and never sees a half-built warehouse. Query it read-only with
 `leaderboard sql`.
@@ -20,9 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from leaderboard.countries import COUNTRIES
+from leaderboard.lake import quarantine_dir
 from leaderboard.manifest import Manifest, list_versions, read_current
 from leaderboard.profiles import PROFILE_SCHEMA, profiles_dir
 from leaderboard.registry import Registry
+from leaderboard.schema import QUARANTINE_SCHEMA
 
 __all__ = ["refresh_warehouse", "warehouse_path"]
 
@@ -128,6 +132,31 @@ def _profile_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     """)
 
 
+def _quarantine_view(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
+    """`quarantine`: every quarantined row (values as sent, reason, detail, source,
+    ingested_at), with `ingest_date`, `writer`, `seq` and `file_row`, the place
+    `leaderboard quarantine list` names it by."""
+    columns = ", ".join(f'"{name}"' for name in QUARANTINE_SCHEMA.names)
+    if any(quarantine_dir(lake).glob("ingest_date=*/part-*.parquet")):
+        glob = str(quarantine_dir(lake) / "ingest_date=*" / "part-*.parquet").replace("'", "''")
+        con.execute(f"""
+            CREATE VIEW quarantine AS
+            SELECT {columns}, ingest_date,
+                   regexp_extract(filename, 'part-([a-z0-9_]+)-([0-9]+)[.]parquet$', 1) AS writer,
+                   regexp_extract(filename, 'part-([a-z0-9_]+)-([0-9]+)[.]parquet$', 2)::BIGINT
+                       AS seq,
+                   file_row_number AS file_row
+            FROM read_parquet('{glob}', hive_partitioning = true, union_by_name = true,
+                              filename = true, file_row_number = true)
+        """)
+    else:
+        typed = ", ".join(f'NULL::{"TIMESTAMPTZ" if name == "ingested_at" else "VARCHAR"} '
+                          f'AS "{name}"' for name in QUARANTINE_SCHEMA.names)
+        con.execute(f"CREATE VIEW quarantine AS SELECT {typed}, NULL::DATE AS ingest_date, "
+                    "NULL::VARCHAR AS writer, NULL::BIGINT AS seq, NULL::BIGINT AS file_row "
+                    "WHERE false")
+
+
 def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
     """Rebuild the warehouse views for the lake's current state; returns its path."""
     lake = (data_dir / "lake").resolve()
@@ -193,6 +222,7 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
             con.execute("CREATE VIEW standings_current AS SELECT * FROM standings WHERE false")
             con.execute("CREATE VIEW rollups AS SELECT NULL::VARCHAR AS player_id WHERE false")
         _profile_views(con, lake)
+        _quarantine_view(con, lake)
         con.register("boards_arrow", _boards_table(registry))
         con.execute("CREATE TABLE boards AS SELECT * FROM boards_arrow")
         con.unregister("boards_arrow")

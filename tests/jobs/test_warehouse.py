@@ -184,3 +184,41 @@ def test_players_view_has_each_latest_profile_and_sees_later_writes(tmp_path):
                                                               ("South Korea",)]
     finally:
         con.close()
+
+
+def test_quarantine_view_has_every_row_with_its_place(tmp_path):
+    """Analysts count held and rejected rows by reason and player; the view reads by glob,
+    so a row quarantined after the refresh shows at once."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from leaderboard.lake import LandingWriter
+    from leaderboard.schema import INPUT_FIELDS
+
+    registry = load_registry()
+    refresh_warehouse(tmp_path, registry)  # nothing quarantined yet: an empty view
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
+    con.close()
+
+    def rows(reasons: list[str]) -> pa.Table:
+        text = {name: [f"v{i}" for i in range(len(reasons))] for name in INPUT_FIELDS}
+        return pa.table({**text, "reason": reasons, "detail": ["why"] * len(reasons),
+                         "source": ["test"] * len(reasons)})
+
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    with LandingWriter(tmp_path / "lake", "w") as writer:
+        writer.quarantine(rows(["implausible_rate", "too_late"]), at)
+        refresh_warehouse(tmp_path, registry)
+        writer.quarantine(rows(["implausible_rate"]), at)
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute(
+            "SELECT reason, match_id, ingest_date::VARCHAR, writer, seq, file_row FROM "
+            "quarantine ORDER BY seq, file_row").fetchall() == [
+            ("implausible_rate", "v0", "2026-12-01", "w", 0, 0),
+            ("too_late", "v1", "2026-12-01", "w", 0, 1),
+            ("implausible_rate", "v0", "2026-12-01", "w", 1, 0)]
+    finally:
+        con.close()
