@@ -14,11 +14,13 @@ Redis key it uses is named here so every layer agrees on it.
 
 from __future__ import annotations
 
+import fcntl
 import secrets
 import time
 import unicodedata
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +37,7 @@ from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["AVATAR_URL_MAX", "COUNTRY_CODES", "DISPLAY_NAME_MAX", "DISPLAY_NAME_RAW_MAX",
            "PROFILES_KEY", "PROFILE_SCHEMA", "Profile", "ProfileError", "compact_log",
+           "erase_profiles",
            "history_of", "latest_profiles", "parse_profile", "profiles_dir", "read_log",
            "write_profile", "write_profiles"]
 
@@ -234,23 +237,65 @@ def history_of(lake: Path, player_id: str) -> list[Profile]:
     return _profiles_of(table.filter(pc.equal(table.column("player_id"), player_id)).to_pylist())
 
 
+@contextmanager
+def _rewriting(lake: Path) -> Iterator[Path]:
+    """Hold the log's rewrite lock (compaction and erasure, one at a time: a compaction that
+    read a file an erasure then rewrote would put the erased rows back). Appending a write
+    needs no lock: it is a new file."""
+    folder = profiles_dir(lake)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".rewrite.lock", "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield folder
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def erase_profiles(lake: Path, player_id: str) -> int:
+    """Remove every write of one player's profile from the log (a GDPR erasure): each file
+    holding one is rewritten without it (temp + fsync + rename over it), or deleted when
+    nothing else is in it. Returns how many rows went. The serving cache is the caller's
+    (`serving.profiles.ProfileCache.forget`)."""
+    import pyarrow.compute as pc
+
+    removed = 0
+    with _rewriting(lake) as folder:
+        for path in sorted(folder.glob("*.parquet")):
+            table = pq.read_table(path, schema=PROFILE_SCHEMA)
+            mine = pc.equal(table.column("player_id"), player_id)
+            count = pc.sum(pc.cast(mine, pa.int64())).as_py() or 0
+            if not count:
+                continue
+            removed += count
+            kept = table.filter(pc.invert(mine))
+            if kept.num_rows:
+                atomic_write_parquet(kept, path)
+            else:
+                path.unlink()
+                fsync_dir(folder)
+    return removed
+
+
 def compact_log(lake: Path, *, min_files: int = 2) -> int:
     """Fold the log's files into one (every row kept: the history stays); returns how many
     files it replaced (0 when there were fewer than `min_files`). The new file is durable
     before any original is deleted, and readers drop the rows that are in both meanwhile, so
     every state in between reads the same log. A write landing during the compaction is a
     new file the listing did not take: it stays as it is."""
-    folder = profiles_dir(lake)
-    files = sorted(folder.glob("*.parquet"))
-    if len(files) < min_files:
+    if len(list(profiles_dir(lake).glob("*.parquet"))) < min_files:
         return 0
-    table = _unique([pq.read_table(f, schema=PROFILE_SCHEMA) for f in files])
-    # Named after the newest write it holds, so it sorts among the files it replaced.
-    last = table.column("order")[-1].as_py()
-    target = folder / f"{last}-compact-{uuid.uuid4().hex[:12]}.parquet"
-    atomic_write_parquet(table, target)
-    for path in files:
-        if path != target:
-            path.unlink(missing_ok=True)
-    fsync_dir(folder)
+    with _rewriting(lake) as folder:
+        files = sorted(folder.glob("*.parquet"))
+        if len(files) < min_files:
+            return 0
+        table = _unique([pq.read_table(f, schema=PROFILE_SCHEMA) for f in files])
+        # Named after the newest write it holds, so it sorts among the files it replaced.
+        last = table.column("order")[-1].as_py()
+        target = folder / f"{last}-compact-{uuid.uuid4().hex[:12]}.parquet"
+        atomic_write_parquet(table, target)
+        for path in files:
+            if path != target:
+                path.unlink(missing_ok=True)
+        fsync_dir(folder)
     return len(files)

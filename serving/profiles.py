@@ -136,6 +136,24 @@ class ProfileCache:
         return [None if value is None else value["display_name"]
                 for value in map(_decode, self._fetch(players))]
 
+    def forget(self, player: str) -> bool:
+        """Remove a player's profile from the cache and its name from the index (an erasure;
+        erase the lake's log first, `leaderboard.profiles.erase_profiles`, so no reload
+        brings it back). Whether the cache held one. A reload that read the log before the
+        erasure and writes after this call would put it back: run erasures while no reload
+        runs (a reload runs only after Redis lost the hash)."""
+        raw = self.client.hget(PROFILES_KEY, player)
+        if raw is None:
+            return False
+        value = raw if isinstance(raw, bytes) else raw.encode()
+        parts = value.split(b"\n")
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hdel(PROFILES_KEY, player)
+        if len(parts) == 3:
+            pipe.zrem(NAMES_KEY, parts[1] + b"\0" + player.encode())
+        pipe.execute()
+        return True
+
     def find(self, text: str, limit: int = 10) -> list[dict[str, Any]]:
         """Players whose display name starts with `text` (compared by `search_key`), by
         name then id, at most `limit`: one ZRANGEBYLEX on the name index and one HMGET."""

@@ -132,3 +132,16 @@ def test_names_are_found_by_prefix_and_a_rename_moves_the_entry(world, redis_cli
     assert profiles.find("") == []
     redis_client.flushall()  # the index goes with the hash, and comes back with it
     assert [p["player_id"] for p in profiles.find("z")] == ["ann"]
+
+
+def test_forget_removes_the_profile_and_its_name(world, redis_client):
+    from leaderboard.profiles import erase_profiles
+
+    erase_profiles(world.lake, "ann")
+    assert world.profiles.forget("ann")
+    assert world.profiles.get("ann") is None
+    assert world.profiles.find("ann") == []
+    assert not world.profiles.forget("ann")
+    redis_client.delete(PROFILES_KEY)  # a reload after a loss does not bring it back
+    assert world.profiles.get("ann") is None
+    assert world.profiles.get("carol")["display_name"] == "대한민국"
