@@ -127,6 +127,25 @@ def test_ingest_with_the_door_on_a_cluster(cluster, redis_client, tmp_path):
     assert len(_nodes_holding(cluster, "lb:ids:*")) > 1
 
 
+def test_rows_in_flight_at_a_dead_writer_land_once_on_a_cluster(cluster, tmp_path):
+    """The claim script reads the in-flight keys of the other writers of its group (same
+    hash tag, so the same slot): a copy is held back while the holder lives, and lands once
+    the holder is dead (its landing lock free)."""
+    registry = load_registry()
+    lake = tmp_path / "lake"
+    speed = SpeedLayer(cluster, registry, lake)
+    at, table = batches(random_stream(33, start=START, duplicate_share=0.0))[0]
+    with LandingWriter(lake, "b") as b:
+        ingestor = Ingestor(registry, b, speed)
+        with LandingWriter(lake, "a") as a:
+            speed.claim(table, at, "a", a.next_seq)  # a claimed, then dies before landing
+            held = ingestor.ingest(table, now=at, source="t")
+            assert (held.accepted, held.in_flight) == (0, table.num_rows)
+        landed = ingestor.ingest(table, now=at, source="t")
+        assert (landed.accepted, landed.retries, landed.in_flight) == (table.num_rows, 0, 0)
+    assert speed.door.writers_in_flight() == set()
+
+
 def test_ban_and_unban_on_a_cluster_restore_exactly(cluster, tmp_path):
     """An unban replays the player's folded rows in one MULTI per board-window: on a cluster
     that MULTI holds EVALSHA calls (redis-py's cluster pipeline refused `.evalsha`)."""
