@@ -44,6 +44,7 @@ __all__ = [
     "percentile_boards",
     "player_ids",
     "player_pools",
+    "rate_deliveries",
     "registries",
     "registry_raws",
     "server_ids",
@@ -612,3 +613,21 @@ def limit_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
     landed_days = sorted({e["ingested_at"].date() for e in events})
     as_of = draw(st.sampled_from(landed_days)) - timedelta(days=draw(st.integers(0, 1)))
     return {"events": events, "bans": bans, "as_of": as_of, "players": players}
+
+
+@st.composite
+def rate_deliveries(draw: st.DrawFn) -> dict[str, Any]:
+    """Batches delivered by two writers over three landing minutes, for the per-player rate
+    limit: a few players, a small pool of match ids (so retries, in-batch repeats and
+    resends of held events happen), and a limit of 1-3 events a minute.
+    {"limit": n, "deliveries": [(writer, minute, second, [(match_id, player_id, points)])]}"""
+    players = ["p0", "p1", "p2"]
+    deliveries = []
+    for _ in range(draw(st.integers(1, 6))):
+        rows = draw(st.lists(st.tuples(st.sampled_from([f"m{n}" for n in range(6)]),
+                                       st.sampled_from(players), st.integers(0, 9)),
+                             min_size=1, max_size=6))
+        deliveries.append((draw(st.sampled_from(["a", "b"])), draw(st.integers(0, 2)),
+                           draw(st.integers(0, 59)), rows))
+    deliveries.sort(key=lambda d: (d[1], d[2]))  # the landing clock only moves forward
+    return {"limit": draw(st.integers(1, 3)), "deliveries": deliveries}

@@ -4,6 +4,8 @@ once at landing and recorded in the lake, so that the batch and the speed layer 
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -12,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from strategies import rate_deliveries
 
 from jobs.batch import run_batch
 from leaderboard.lake import LandingWriter, landed_files
@@ -196,3 +200,52 @@ def test_a_held_event_stays_a_retry_after_redis_loses_its_data(tmp_path, redis_c
     retry = _ingest(settings, speed, [("m2", "fay", 50)], NOW + timedelta(minutes=5))
     assert (retry.accepted, retry.retries) == (0, 1)
     assert [r["match_id"] for r in _rows(settings.lake_dir, "events")] == ["m1"]
+
+
+#: Drawn cases of the rate model (~0.3 s each on a busy box); .ci/run sets RATE_EXAMPLES.
+RATE_EXAMPLES = int(os.environ.get("RATE_EXAMPLES", "15"))
+
+
+@given(case=rate_deliveries())
+@settings(max_examples=RATE_EXAMPLES)
+def test_held_and_landed_match_a_model_of_the_rule(case, redis_server, tmp_path_factory):
+    """Any deliveries, by two writers over three minutes, with retries and repeats: the
+    landing zone and the quarantine hold exactly what a model of the rule (door first,
+    then each player's first `limit` new events of each landing minute, in order) says,
+    and the merged board counts exactly the landed events."""
+    import redis as redis_module
+
+    client = redis_module.Redis.from_url(redis_server.url, protocol=2)
+    client.flushall()
+    settings_ = _settings(tmp_path_factory.mktemp("model"), limit=case["limit"])
+    speed = SpeedLayer(client, settings_.registry, settings_.lake_dir)
+    seen: set[tuple[str, str]] = set()
+    per_minute: Counter[tuple[str, int]] = Counter()
+    landed: list[tuple[str, str, int]] = []
+    held: list[tuple[str, str]] = []
+    for writer, minute, second, rows in case["deliveries"]:
+        at = NOW.replace(second=0) + timedelta(minutes=minute, seconds=second)
+        _ingest(settings_, speed, rows, at, writer)
+        for match, player, points in rows:  # the model
+            if (match, player) in seen:
+                continue
+            seen.add((match, player))
+            per_minute[(player, minute)] += 1
+            if per_minute[(player, minute)] <= case["limit"]:
+                landed.append((match, player, points))
+            else:
+                held.append((match, player))
+    lake = settings_.lake_dir
+    assert sorted((r["match_id"], r["player_id"], r["points"]) for r in _rows(lake, "events")
+                  ) == sorted(landed)
+    quarantined = _rows(lake, "quarantine")
+    assert {r["reason"] for r in quarantined} <= {"implausible_rate"}
+    assert sorted((r["match_id"], r["player_id"]) for r in quarantined) == sorted(held)
+    boards = Leaderboards(lake, settings_.registry, client, now=lambda: NOW + timedelta(hours=1))
+    totals: Counter[str] = Counter()
+    for _, player, points in landed:
+        totals[player] += points
+    assert {e["player_id"]: e["score"] for e in
+            boards.top("global", 10, window="all-time")["entries"]} == {
+        p: total for p, total in totals.items()}
+    client.close()
