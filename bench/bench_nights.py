@@ -23,7 +23,7 @@ rollups were read, and the CPU of release, compaction and retention.
 Usage: python bench/bench_nights.py [--players 20000] [--events-per-day 30000] [--days 60]
        [--large] [--early 10] [--span 5] [--memory-limit 4GB] [--cache DIR] [--seed 0]
        [--dirty 0.02] [--every N] [--quick]
-Run under `flock /work/notes/bench.lock` on a shared machine.
+On a shared machine, run it under `flock` on a lock file all benchmarks share.
 """
 
 from __future__ import annotations
