@@ -94,21 +94,20 @@ class ProfileCache:
         self._set_newer = registered_script(client, SET_NEWER_SCRIPT)
 
     def store(self, profiles: Iterable[Profile]) -> int:
-        """Put profiles in the cache, each only if newer than the one there (pipelined
-        script calls of _CHUNK); returns how many were written."""
-        pipe = self.client.pipeline(transaction=False)
-        calls = 0
+        """Put profiles in the cache, each only if newer than the one there (one script
+        call per _CHUNK profiles: plain calls, not a pipeline, so they run alike on a Redis
+        Cluster, whose pipelines refuse EVALSHA); returns how many were written."""
+        written = 0
         batch: list[str] = []
         for profile in profiles:
             batch += [profile.player_id, profile.order, search_key(profile.display_name),
                       _encode(profile)]
             if len(batch) >= 4 * _CHUNK:
-                self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch, client=pipe)
-                batch, calls = [], calls + 1
+                written += int(self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch))
+                batch = []
         if batch:
-            self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch, client=pipe)
-            calls += 1
-        return sum(int(n) for n in pipe.execute()) if calls else 0
+            written += int(self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch))
+        return written
 
     def reload(self, now: datetime | None = None) -> int:
         """Load every player's latest profile from the lake's log, then mark the hash
@@ -147,7 +146,7 @@ class ProfileCache:
             return False
         value = raw if isinstance(raw, bytes) else raw.encode()
         parts = value.split(b"\n")
-        pipe = self.client.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=False)
         pipe.hdel(PROFILES_KEY, player)
         if len(parts) == 3:
             pipe.zrem(NAMES_KEY, parts[1] + b"\0" + player.encode())

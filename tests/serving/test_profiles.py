@@ -145,3 +145,19 @@ def test_forget_removes_the_profile_and_its_name(world, redis_client):
     redis_client.delete(PROFILES_KEY)  # a reload after a loss does not bring it back
     assert world.profiles.get("ann") is None
     assert world.profiles.get("carol")["display_name"] == "대한민국"
+
+
+@pytest.mark.slow
+def test_the_profile_cache_on_a_redis_cluster(redis_cluster, tmp_path):
+    """The hash and its name index share a slot: the script, the reload, the search and
+    forget run on a three-node cluster as on one server."""
+    lake = tmp_path / "lake"
+    cache = ProfileCache(redis_cluster.client, lake)
+    stored = [write_profile(lake, Profile(f"p{i}", f"Player {i}"), NOW, "s") for i in range(5)]
+    assert cache.store(stored) == 5
+    assert cache.names(["p1", "p9", "p3"]) == ["Player 1", None, "Player 3"]
+    assert [p["player_id"] for p in cache.find("player 1")] == ["p1"]
+    assert cache.forget("p1")
+    for node in redis_cluster.nodes:
+        node.flushall()
+    assert cache.names(["p0", "p1"]) == ["Player 0", "Player 1"]  # reloaded from the lake
