@@ -11,8 +11,8 @@ writer, seq) order, and its cursor is the id of the last row returned.
 
 A release re-lands chosen rows (`speed_layer.review`). Its ledger is one JSON file per
 release under `lake/quarantine_releases/`, written before the rows land, naming the ids
-(with each row's identity, so an id that came to name another row is not taken for
-released) and the seq of the events file that lands them, and marked `landed` once it
+(no player id: an erasure has nothing to scrub there) and the seq of the events file that
+lands them, and marked `landed` once it
 has. A release counts as done when marked, or when that file exists (it died between
 landing and marking; compaction's records count as the file), so one that died before
 landing is done again by the next, and compaction or retention removing the file later
@@ -190,7 +190,7 @@ class Release:
 
     seq: int
     released_at: datetime
-    rows: tuple[tuple[str, str | None, str | None], ...]  # (id, match_id, player_id)
+    rows: tuple[str, ...]  # the ids of the rows it lands
     #: Set once the events file landed: from then on the entry alone says "done", so
     #: compaction or retention removing that file later changes nothing.
     landed: bool = False
@@ -203,9 +203,10 @@ def _ledger(lake: Path) -> Path:
 def write_release(lake: Path, release: Release) -> None:
     """Record a release durably: before its rows land, and again marked `landed` after
     (see the module docstring)."""
+    # Row ids only (file, row, digest): no player id is written here, so an erasure has
+    # nothing to scrub in the ledger.
     payload = {"seq": release.seq, "released_at": format_instant(release.released_at),
-               "landed": release.landed,
-               "rows": [{"id": i, "match_id": m, "player_id": p} for i, m, p in release.rows]}
+               "landed": release.landed, "rows": list(release.rows)}
     atomic_write_bytes(_ledger(lake) / f"{release.seq:012d}.json",
                        json.dumps(payload, indent=1).encode())
 
@@ -227,7 +228,7 @@ def read_releases(lake: Path) -> list[Release]:
                 continue  # died before landing: not released
         found.append(Release(
             raw["seq"], to_utc(datetime.fromisoformat(raw["released_at"])),
-            tuple((r["id"], r["match_id"], r["player_id"]) for r in raw["rows"]), True))
+            tuple(raw["rows"]), True))
     return found
 
 
@@ -245,4 +246,4 @@ def _release_seqs(lake: Path) -> set[int]:
 def released_ids(lake: Path) -> dict[str, datetime]:
     """`row_key` of every row a done release landed -> when."""
     return {row_key(row_id): release.released_at
-            for release in read_releases(lake) for row_id, _, _ in release.rows}
+            for release in read_releases(lake) for row_id in release.rows}

@@ -168,8 +168,7 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
     if not landing:
         return None
     to_land = pa.concat_tables([accepted.filter(pa.array(held)), kept])
-    release = Release(writer.next_seq, now, tuple(
-        (r.id, r.identity[0], r.identity[1]) for r in landing))
+    release = Release(writer.next_seq, now, tuple(r.id for r in landing))
     write_release(speed.lake, release)
     prev = writer.last_event_seq
     try:

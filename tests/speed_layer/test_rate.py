@@ -88,6 +88,9 @@ def test_events_past_the_limit_are_held_and_a_retry_of_them_is_a_retry(tmp_path,
     assert held[0]["event_time"] == "2026-12-01T11:00:00Z"
     assert sorted((r["match_id"], r["player_id"]) for r in _rows(settings.lake_dir, "events")
                   ) == [("m0", "alice"), ("m0", "bob"), ("m1", "alice"), ("m2", "alice")]
+    # The counters hold a hash of the player id, never the id (erasure: nothing in Redis).
+    assert [k for k in redis_client.keys("lb:rate:*") if b"alice" in k] == []
+    assert redis_client.keys("lb:rate:*")
     # The same batch again: every row is a retry, held ones included; nothing new anywhere.
     again = _ingest(settings, speed, rows)
     assert (again.accepted, again.retries, again.rejected) == (0, 6, 0)

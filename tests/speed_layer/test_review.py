@@ -95,6 +95,10 @@ def test_a_held_event_is_released_once_and_counted_once_everywhere(tmp_path, red
     assert _events(settings.lake_dir).count(("m3", "alice")) == 1
     listed, _ = list_quarantine(settings.lake_dir)
     assert [r.values["match_id"] for r in listed] == ["m3", "m9"]  # the quarantine keeps both
+    # The ledger names rows, not players: an erasure has nothing to scrub there.
+    ledger = list((settings.lake_dir / "quarantine_releases").glob("*.json"))
+    assert ledger
+    assert not [f for f in ledger if b"alice" in f.read_bytes()]
     # The batch of everything agrees with the merged answers.
     speed.rebase(run_batch(settings, date(2026, 12, 1)).manifest)
     assert _top(settings, redis_client) == [("alice", 50), ("bob", 20)]
