@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from app.http.errors import ApiError, documented
-from app.http.routers.admin import AdminDep
+from app.http.routers.admin import AdminDep, _body
 from app.review import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -42,12 +41,7 @@ class ReleaseRequest(BaseModel):
 
 async def _release_request(request: Request) -> ReleaseRequest:
     """The body, read only once the admin dependency (declared first) has passed."""
-    try:
-        return ReleaseRequest.model_validate_json(await request.body())
-    except ValidationError as exc:
-        raise RequestValidationError(
-            [{**error, "loc": ("body", *error["loc"])}
-             for error in exc.errors(include_url=False, include_context=False)]) from None
+    return await _body(request, ReleaseRequest)
 
 
 router = APIRouter(tags=["admin"], responses=documented(
