@@ -22,14 +22,16 @@ rollups were read, and the CPU of release, compaction and retention.
 
 Usage: python bench/bench_nights.py [--players 20000] [--events-per-day 30000] [--days 60]
        [--large] [--early 10] [--span 5] [--memory-limit 4GB] [--cache DIR] [--seed 0]
-       [--dirty 0.02] [--every N] [--quick]
+       [--dirty 0.02] [--every N] [--quick] [--profile N]
 On a shared machine, run it under `flock` on a lock file all benchmarks share.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import re
 import resource
 import shutil
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=0,
                         help="print every Nth night (default: about 20 lines)")
+    parser.add_argument("--profile", type=int, action="append", default=[],
+                        help="print where night N's batch spends its time (repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 14 nights of 3,000 events, 2,000 players")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir())
@@ -222,7 +226,14 @@ def main(argv: list[str] | None = None) -> None:
               f"{'after CPU s':>11} {'built':>6} {'carried':>7} {'dates read':>10} "
               f"{'rows written':>12} {'published':>10}")
         for number in range(1, days + 1):
+            profiler = cProfile.Profile() if number in args.profile else None
+            if profiler is not None:
+                profiler.enable()
             night, last = _night(settings, start + timedelta(days=number - 1))
+            if profiler is not None:
+                profiler.disable()
+                print(f"-- night {number}: the 25 calls with the most cumulative time")
+                pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
             nights.append(night)
             if number % every == 0 or number in (1, args.early, days):
                 print(f"{number:>6} {night.day.isoformat():>10} {night.mode:>11} "

@@ -39,7 +39,7 @@ from jobs.spec import (
     calendar_table,
     lateness_bits,
 )
-from jobs.sweep import SweepRefused, hold_run, sweep_orphans
+from jobs.sweep import SweepRefused, hold_run, sweep_dead_runs
 from leaderboard.bans import banned_players
 from leaderboard.binding import bind_registry
 from leaderboard.calendar import ALL_TIME
@@ -56,6 +56,7 @@ from leaderboard.manifest import (
     STANDINGS_INDEX_SCHEMA,
     Manifest,
     list_versions,
+    manifests_dir,
     swap_current,
     watermark_for,
     write_version,
@@ -113,8 +114,39 @@ def open_engine(name: str, *, spark_master: str | None = None) -> Engine:
 
 
 def _previous(lake: Path, as_of: date, registry: Registry) -> Manifest | None:
-    """The newest written version before `as_of` (the base of an incremental run)."""
-    candidates = [m for m in list_versions(lake) if m.as_of_date < as_of]
+    """The newest written version before `as_of` (the base of an incremental run).
+
+    Version ids begin with their as_of date, so only the manifests of the newest earlier
+    date are read, not every version's (their inputs grow with the history)."""
+    days: dict[str, list[Path]] = {}
+    for path in manifests_dir(lake).glob("*.json"):
+        day = path.name[:10]
+        if path.name != "current.json" and day < as_of.isoformat():
+            days.setdefault(day, []).append(path)
+    if not all(_is_day(day) for day in days):
+        return _previous_of(list_versions(lake), as_of, registry)
+    for day in sorted(days, reverse=True):
+        found = []
+        for path in days[day]:
+            try:
+                found.append(Manifest.from_json(path.read_text()))
+            except (ValueError, TypeError):
+                continue
+        if found:
+            return _previous_of(found, as_of, registry)
+    return None
+
+
+def _is_day(text: str) -> bool:
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _previous_of(versions: list[Manifest], as_of: date, registry: Registry) -> Manifest | None:
+    candidates = [m for m in versions if m.as_of_date < as_of]
     if not candidates:
         return None
     latest = max(candidates, key=lambda m: (m.as_of, m.created_at))
@@ -359,9 +391,10 @@ def run_batch(
 
 
 def _sweep(lake: Path, say: Step) -> None:
-    """Delete the files of killed runs (never one a manifest names, or a running run's)."""
+    """Delete the files of killed runs (never one a manifest names, or a running run's),
+    found by the lock files they left (the DAG's retention task walks the whole lake)."""
     try:
-        swept = sweep_orphans(lake)
+        swept = sweep_dead_runs(lake)
     except SweepRefused as exc:
         say(f"no sweep of killed runs' files: {exc}")
         return

@@ -30,7 +30,8 @@ from typing import IO, Any
 
 from leaderboard.manifest import Manifest, manifests_dir
 
-__all__ = ["SweepRefused", "SweepReport", "hold_run", "running_runs", "sweep_orphans"]
+__all__ = ["SweepRefused", "SweepReport", "hold_run", "running_runs", "sweep_dead_runs",
+           "sweep_orphans"]
 
 _RUNS = "runs"
 _REJECTED = ".json.rejected"
@@ -133,9 +134,35 @@ def _candidates(lake: Path) -> list[Path]:
     return sorted(found)
 
 
-def sweep_orphans(lake: Path) -> SweepReport:
-    """Delete the files of dead runs that no manifest names; see the module docstring."""
-    candidates = _candidates(lake)  # first: a run starting later writes none of these
+def _files_of(lake: Path, runs: set[str]) -> list[Path]:
+    """The version files `runs` may have written, found where a run writes them (a run id
+    begins with its as_of date) instead of by walking the lake."""
+    found: list[Path] = []
+    for run in runs:
+        as_of = run.split(".", 1)[0]
+        found.extend(p for p in (lake / "rollups" / f"run={run}").glob("*") if p.is_file())
+        found.extend(p for p in (manifests_dir(lake) / run).glob("*") if p.is_file())
+        for kind in ("standings", "histograms"):
+            found.extend((lake / kind / f"as_of={as_of}").glob(f"*/*/part-{run}.parquet"))
+    return sorted(found)
+
+
+def sweep_dead_runs(lake: Path) -> SweepReport:
+    """The sweep of runs killed since the last sweep, at a cost independent of the history:
+    a killed run leaves its lock file behind (`hold_run` removes it only on the way out), so
+    its files are looked up where it wrote them, not by walking every version's files. What
+    a lost lock file hides (a sweep that died after removing it) `sweep_orphans` finds."""
+    locked = {p.name.removesuffix(".lock") for p in (lake / _RUNS).glob("*.lock")}
+    if not locked:
+        return SweepReport()
+    return sweep_orphans(lake, candidates=_files_of(lake, locked))
+
+
+def sweep_orphans(lake: Path, *, candidates: list[Path] | None = None) -> SweepReport:
+    """Delete the files of dead runs that no manifest names; see the module docstring.
+    `candidates`: only these files (default: every version file in the lake)."""
+    if candidates is None:
+        candidates = _candidates(lake)  # first: a run starting later writes none of these
     running = running_runs(lake)  # then: a run ending now has written its manifest
     manifests = _manifests(lake)  # last
     named_runs = {m.version for m in manifests}

@@ -13,7 +13,13 @@ from lakes import day, land, random_stream
 
 from jobs.batch import run_batch
 from jobs.release import set_aside
-from jobs.sweep import SweepRefused, hold_run, running_runs, sweep_orphans
+from jobs.sweep import (
+    SweepRefused,
+    hold_run,
+    running_runs,
+    sweep_dead_runs,
+    sweep_orphans,
+)
 from leaderboard.manifest import list_versions, read_current
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
@@ -125,3 +131,27 @@ def test_an_unreadable_manifest_stops_the_sweep(data: Path) -> None:
     with pytest.raises(SweepRefused, match="deletes nothing"):
         sweep_orphans(lake)
     assert _version_files(lake) == before
+
+
+def test_the_sweep_at_a_batchs_start_finds_killed_runs_by_their_locks(data: Path) -> None:
+    """A batch sweeps only the runs that left a lock file behind, found where they write,
+    so its cost does not grow with the history (issue 13: walking every version's files
+    took a third of a small night after 40 nights); the whole walk finds the rest."""
+    lake = data / "lake"
+    run_batch(_settings(data), date(2026, 11, 28))
+    kept = _version_files(lake)
+    _killed_run(data, date(2026, 11, 29), "batch.checks")
+    killed = _version_files(lake) - kept
+    assert killed
+    assert list((lake / "runs").glob("*.lock"))  # the dead run's lock stays
+    # Leftovers of a run whose lock file is gone: only the whole walk knows them.
+    stray = (lake / "standings" / "as_of=2026-11-29" / "board=global" / "window=daily"
+             / "part-2026-11-29.20261203T000000.abcdef.parquet")
+    stray.write_bytes(b"left")
+    report = sweep_dead_runs(lake)
+    assert report.files == len(killed)
+    assert _version_files(lake) == kept | {str(stray.relative_to(lake))}
+    assert not list((lake / "runs").glob("*.lock"))
+    assert sweep_dead_runs(lake).files == 0
+    assert sweep_orphans(lake).files == 1
+    assert _version_files(lake) == kept
