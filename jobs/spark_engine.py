@@ -573,10 +573,40 @@ class SparkEngine:
         null: the whole match) covers. Returns the rollup rows and the number of events
         they count.
         """
-        from pyspark.sql import functions as F
-
         if not files:
             return ROLLUP_SCHEMA.empty_table(), 0
+        rows = self.rollup_frame(files, watermark=watermark, since=since, absorbed=absorbed,
+                                 calendar=calendar, bits=bits, voids=voids)
+        # One pass: every deduped event is counted, but (as in DuckDB's inner join with the
+        # calendar) only those on a calendar date are rolled up.
+        collected = rows.toArrow()
+        counted = int(pc.sum(collected.column("matches")).as_py() or 0)
+        on_calendar = collected.filter(pc.fill_null(collected.column("in_calendar"), False))
+        return _to_arrow(on_calendar, ROLLUP_SCHEMA, days=("event_date",),
+                         instants=_ROLLUP_INSTANTS), counted
+
+    def rollup_frame(
+        self,
+        files: Sequence[str],
+        *,
+        watermark: datetime,
+        since: datetime | None,
+        absorbed: Sequence[str],
+        calendar: pa.Table,
+        bits: Sequence[LatenessBit],
+        voids: pa.Table | None = None,
+    ) -> DataFrame:
+        """rollup_events' rows before collecting (with `in_calendar`), for its plan.
+
+        The events are shuffled once, hashed by player: the dedupe's groups (match, player)
+        and the rollup's (player, day, region, mode, mask) both hold one player's rows, so
+        neither grouping shuffles again (grouping by (match, player) first hashed the events
+        by both and then shuffled the deduped rows a second time, by the rollup's key).
+        """
+        from pyspark.sql import functions as F
+
+        partitions = self.rank_partitions or int(
+            self.spark.conf.get("spark.sql.shuffle.partitions") or _DEFAULT_SHUFFLE_PARTITIONS)
         named = self._read_named(list(files), _EVENTS_DDL)
         events = (named.withColumn("ingested_us", F.unix_micros("ingested_at"))
                   .withColumn("t", F.unix_micros("event_time")))
@@ -584,6 +614,7 @@ class SparkEngine:
         if since is not None:
             keep = keep & (F.col("ingested_us") >= F.lit(epoch_us(since)))
         first = (events.where(keep)
+                 .repartition(partitions, "player_id")
                  .groupBy("match_id", "player_id")
                  .agg(F.min(F.struct("ingested_us", "file_order", "t", "points", "region",
                                      "mode", "backfill")).alias("e"))
@@ -617,13 +648,7 @@ class SparkEngine:
                                     F.col("points").alias("p"))).alias("lst"),
                      F.min("t").alias("first_event_at"), F.max("t").alias("last_event_at"))
                 .select(*_rollup_columns(), "in_calendar"))
-        # One pass: every deduped event is counted, but (as in DuckDB's inner join with the
-        # calendar) only those on a calendar date are rolled up.
-        collected = rows.toArrow()
-        counted = int(pc.sum(collected.column("matches")).as_py() or 0)
-        on_calendar = collected.filter(pc.fill_null(collected.column("in_calendar"), False))
-        return _to_arrow(on_calendar, ROLLUP_SCHEMA, days=("event_date",),
-                         instants=_ROLLUP_INSTANTS), counted
+        return rows
 
     def merge_rollups(self, old: pa.Table, delta: pa.Table) -> pa.Table:
         """Merge a delta into the old rollup rows of the same dates.

@@ -349,6 +349,27 @@ def test_engine_standings_match_duckdb_over_more_partitions(spark, tmp_path):
 
 
 @pytest.mark.spark
+def test_dedupe_and_rollup_shuffle_the_events_once(spark, tmp_path):
+    """The events are hashed by player once; the dedupe (match, player) and the rollup
+    (player, day, ...) group within those partitions (it used to shuffle twice)."""
+    registry = parse_registry(TIES, source="test")
+    lake = tmp_path / "lake"
+    with LandingWriter(lake, "t") as writer:
+        Ingestor(registry, writer).ingest(_tied_events(3), now=START + timedelta(days=2),
+                                          source="test")
+    files = sorted(str(p) for p in lake.glob("events/*/*.parquet"))
+    frame = SparkEngine(spark, rank_partitions=4).rollup_frame(
+        files, watermark=watermark_for(date(2026, 12, 1)), since=None, absorbed=[],
+        calendar=calendar_table(registry, date(2026, 11, 28), date(2026, 12, 2)),
+        bits=lateness_bits(registry))
+    exchanges = [n.outputPartitioning().toString()
+                 for n in _plan_nodes(frame._jdf.queryExecution().executedPlan())
+                 if n.getClass().getSimpleName() == "ShuffleExchangeExec"]
+    assert len(exchanges) == 1, exchanges
+    assert exchanges[0].startswith("hashpartitioning(player_id")
+
+
+@pytest.mark.spark
 def test_dedupe_tie_break_compares_paths_as_given(spark, tmp_path, monkeypatch):
     """Equal ingested_at: the file whose path (as passed) sorts first wins, as in DuckDB.
 
