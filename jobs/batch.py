@@ -522,8 +522,13 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
     base, as_of = plan.base, plan.as_of
     all_dates = sorted(date.fromisoformat(d) for d in rolled.rollups)
     previous_banned = set(base.inputs.get("banned", [])) if base is not None else None
-    if base is None or previous_banned != plan.banned:
+    if base is None or previous_banned is None:
         needed = plan_windows(registry, all_dates, as_of)
+    elif previous_banned != plan.banned:
+        # Only the windows of the dates where a newly banned or unbanned player has rows
+        # change (besides the night's own dates); the others keep their files.
+        touched = _dates_with(lake, rolled.rollups, previous_banned ^ plan.banned)
+        needed = plan_windows(registry, sorted(set(rolled.changed) | touched), as_of)
     else:
         needed = plan_windows(registry, rolled.changed, as_of)
     needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
@@ -595,6 +600,26 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
         standings = fresh
     standings = standings.sort_by([("board", "ascending"), ("window_id", "ascending")])
     return _Ranked(writer, rows, needed, standings)
+
+
+def _dates_with(lake: Path, rollups: dict[str, dict[str, Any]], players: set[str]
+                ) -> set[date]:
+    """The event dates on which any of `players` has rollup rows (two columns read, the
+    players' rows only)."""
+    if not players:
+        return set()
+    wanted = pa.array(sorted(players), pa.string())
+    by_path: dict[str, list[date]] = {}
+    for day, entry in rollups.items():
+        by_path.setdefault(entry["path"], []).append(date.fromisoformat(day))
+    found: set[date] = set()
+    for path, days in sorted(by_path.items()):
+        # A file may also hold rows of dates a later run rewrote: only its own dates count.
+        table = pq.read_table(lake / path, columns=["event_date", "player_id"],
+                              filters=pc.field("player_id").isin(wanted)
+                              & pc.field("event_date").isin(pa.array(days, pa.date32())))
+        found.update(pc.unique(table.column("event_date")).to_pylist())
+    return found
 
 
 def _dates_of(calendar: pa.Table, window_ids: set[str]) -> list[str]:

@@ -23,7 +23,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from lakes import EXOTIC, land, random_stream, registry_from, write_registry
 
-from jobs.batch import run_batch
+from jobs.batch import plan_windows, run_batch
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.retention import apply_retention
 from leaderboard.bans import write_tombstone
@@ -178,3 +178,37 @@ def test_a_total_at_the_saturation_limit_is_recomputed_not_carried(tmp_path):
     standings = _published(tmp_path / "lake")[("standings", "global", "all-time")]
     assert dict(zip(standings.column("player_id").to_pylist(),
                     standings.column("score").to_pylist(), strict=True)) == {"a": top, "b": 12}
+
+
+def test_a_ban_rebuilds_only_the_windows_of_the_players_dates(tmp_path):
+    """A changed ban set rebuilt every window of every date (a night read every rollup);
+    now only the windows of the dates where a newly banned player has rows, and they
+    still equal a full recompute."""
+    config = tmp_path / "registry.toml"
+    write_registry(config, RAW)
+    registry = registry_from(RAW)
+    nightly, full = tmp_path / "nightly", tmp_path / "full"
+    first = datetime.combine(START, time(), UTC)
+    events = random_stream(7, start=first, days=3, matches=30, late_share=0, duplicate_share=0)
+    # A player seen on the first day only.
+    events.append({"match_id": "once", "player_id": "loner", "points": 9,
+                   "event_time": first + timedelta(hours=3), "region": "na", "mode": "ranked",
+                   "server_id": "s1", "ingested_at": first + timedelta(hours=3, minutes=1)})
+    last = START + timedelta(days=3)
+    for data in (nightly, full):
+        land(data / "lake", registry, events)
+        write_tombstone(data / "lake", "loner", "ban",
+                        datetime.combine(last, time(12), UTC))
+    for number in range(3):
+        run_batch(_settings(nightly, config), START + timedelta(days=number))
+    result = run_batch(_settings(nightly, config), last)
+    run_batch(_settings(full, config), last, full=True)
+    every = plan_windows(registry, [START + timedelta(days=n) for n in range(4)], last)
+    only = plan_windows(registry, [START], last)  # the loner's date (the night adds none)
+    assert result.windows_built == len(only | plan_windows(registry, [], last)) < len(every)
+    got, want = _published(nightly / "lake"), _published(full / "lake")
+    assert set(got) == set(want)
+    for key, table in want.items():
+        assert got[key].equals(table), key
+    assert "loner" not in got[("standings", "global", "all-time")].column(
+        "player_id").to_pylist()
