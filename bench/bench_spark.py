@@ -45,6 +45,8 @@ class Measured:
     events: int
     rows: int
     digest: str
+    #: run_batch's stages (between its step messages) and their wall seconds
+    stages: tuple[tuple[str, float], ...] = ()
 
 
 def _digest(lake: Path) -> tuple[int, str]:
@@ -75,7 +77,9 @@ def _measure(season: bench_batch.Season, scratch: Path, progress: Progress, labe
         if result is None:
             return f"{label} failed after {timeline.seconds:.1f} s: {timeline.error}"
         rows, digest = _digest(settings.lake_dir)
-    return Measured(timeline.seconds, timeline.cpu, result.events, rows, digest)
+    stages = tuple((name.split(" (")[0], seconds) for name, seconds in timeline.stages()
+                   if seconds >= 0.05)
+    return Measured(timeline.seconds, timeline.cpu, result.events, rows, digest, stages)
 
 
 def _per(m: Measured) -> str:
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
                     runs[(engine, name)] = found
                     rows.append((f"{engine} {name}: {found.events:,} events, "
                                  f"{found.rows:,} standings rows", _per(found)))
+                    rows.append((f"  {engine} {name} stages, wall s", ", ".join(
+                        f"{stage} {seconds:.1f}" for stage, seconds in found.stages)))
         finally:
             session.stop()
             os.chdir(home)
