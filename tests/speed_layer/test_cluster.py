@@ -146,7 +146,7 @@ def test_rows_in_flight_at_a_dead_writer_land_once_on_a_cluster(cluster, tmp_pat
     assert speed.door.writers_in_flight() == set()
 
 
-def test_ban_and_unban_on_a_cluster_restore_exactly(cluster, tmp_path):
+def test_ban_unban_and_rebuild_on_a_cluster_restore_exactly(cluster, tmp_path):
     """An unban replays the player's folded rows in one MULTI per board-window: on a cluster
     that MULTI holds EVALSHA calls (redis-py's cluster pipeline refused `.evalsha`)."""
     registry = load_registry()
@@ -160,4 +160,9 @@ def test_ban_and_unban_on_a_cluster_restore_exactly(cluster, tmp_path):
     assert speed.ban(player, at) > 0
     assert all(player not in board for board in merged(cluster, version.tag).values())
     assert speed.unban(player, at + timedelta(minutes=1)) > 0
+    assert merged(cluster, version.tag) == before
+    # A rebuild over a live state deletes its keys (one DEL over many slots, split by the
+    # client) before folding the lake again: the same state, under a new epoch.
+    assert speed.rebuild(at + timedelta(minutes=2)) == len(landed_files(lake))
+    assert speed.current().epoch != version.epoch
     assert merged(cluster, version.tag) == before
