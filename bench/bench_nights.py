@@ -258,6 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"flat nights: batch CPU of nights {days - args.span + 1}-{days} / nights "
           f"{args.early - args.span + 1}-{args.early}: {late:.2f} s / {early:.2f} s = "
           f"{ratio:.2f}x (goal <= 1.2x) {'met' if ratio <= 1.2 else 'NOT met'}")
+    whole_early = statistics.fmean(n.batch_cpu + n.after_cpu
+                                   for n in nights[max(0, args.early - args.span):args.early])
+    whole_late = statistics.fmean(n.batch_cpu + n.after_cpu for n in nights[days - args.span:])
+    print(f"whole DAG night (batch + release, compaction, retention, sweep), same nights: "
+          f"{whole_late:.2f} s / {whole_early:.2f} s = {whole_late / whole_early:.2f}x")
     share = incremental.batch_cpu / full.batch_cpu
     print(f"one new day / full at {days} days: {incremental.batch_cpu:.2f} s / "
           f"{full.batch_cpu:.2f} s CPU = {share:.2f} (goal <= 0.25) "
