@@ -158,3 +158,19 @@ def test_a_405_allows_every_method_of_the_path(http):
     assert answer.status_code == 405
     assert answer.headers["allow"] == "GET, PUT"
     assert answer.json()["error"] == "method_not_allowed"
+
+
+def test_a_body_over_16_kib_is_refused_unread(http):
+    answer = http.put("/v1/players/ann/profile", headers=AUTH,
+                      content=b'{"display_name": "' + b"x" * 20_000 + b'"}')
+    assert (answer.status_code, answer.json()["error"]) == (413, "body_too_large")
+
+    def chunks():
+        yield b'{"display_name": "'
+        for _ in range(40):
+            yield b"x" * 1000  # no Content-Length: refused while streaming
+        yield b'"}'
+
+    streamed = http.put("/v1/players/ann/profile", headers=AUTH, content=chunks())
+    assert streamed.status_code == 413
+    assert not history_of(http.lake, "ann")

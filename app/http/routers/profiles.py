@@ -38,7 +38,7 @@ from leaderboard.profiles import (
     write_profile,
 )
 
-__all__ = ["PROFILE_BODY_SCHEMA", "PROFILE_SCHEMA", "router"]
+__all__ = ["MAX_PROFILE_BODY", "PROFILE_BODY_SCHEMA", "PROFILE_SCHEMA", "router"]
 
 router = APIRouter(tags=["profiles"])
 
@@ -75,6 +75,26 @@ PROFILE_SCHEMA: dict[str, Any] = {
     },
 }
 _ANSWER = {"content": {"application/json": {"schema": PROFILE_SCHEMA}}}
+
+
+#: A profile's body is small: a longer one is refused before it is read whole.
+MAX_PROFILE_BODY = 16_384
+
+
+async def _bounded_body(request: Request) -> bytes:
+    too_big = ApiError(413, "body_too_large", f"a profile body is at most {MAX_PROFILE_BODY:,} "
+                                              "bytes: send display_name, country and "
+                                              "avatar_url only")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_PROFILE_BODY:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_PROFILE_BODY:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _fields(body: bytes) -> dict[str, Any]:
@@ -133,9 +153,7 @@ async def put_profile(
     keys = service.config.keys
     server_id = check_server(keys, token_of(bearer, x_api_key),
                              signed=bool(x_server_id and x_signature))
-    body = await request.body()
-    if len(body) > 16_384:
-        raise ApiError(413, "body_too_large", "a profile body is at most 16 KiB")
+    body = await _bounded_body(request)
     if server_id is None:
         assert x_server_id is not None
         assert x_signature is not None
