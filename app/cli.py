@@ -336,6 +336,7 @@ def _cmd_speed(args: argparse.Namespace) -> int:
     if args.action == "rebuild":
         with err.status("rebuilding the speed state from the lake"):
             folded = speed.rebuild(settings.now())
+            _leaderboards(settings).profiles.reload(settings.now())  # the serving cache too
         version = speed.current().version
         if args.json:
             print(json.dumps({"action": "rebuild", "version": version, "folded_files": folded}))

@@ -9,7 +9,7 @@ answering. Writes go through one script that keeps a value only if its order is 
 than the one there, so a reload racing a new write, or two writers racing each other,
 leave the latest write.
 A sorted set beside it indexes the names for a prefix search (`find`, the console's). About
-200-300 bytes a profile in Redis, both together.
+400 bytes a profile in Redis, both together (measured with 100k profiles).
 """
 
 from __future__ import annotations

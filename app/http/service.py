@@ -134,6 +134,9 @@ class Service:
     def _rebuild(self) -> None:
         speed = SpeedLayer(self.client, self.registry, self.settings.lake_dir)
         try:
+            # The profiles went with the speed state: reloaded first, while reads still
+            # answer 503, so no read after the rebuild waits on it (or blocks the loop).
+            self.boards.profiles.reload(self.settings.now())
             speed.rebuild(self.settings.now())
         except RebuildRunning:
             return  # another worker is at it

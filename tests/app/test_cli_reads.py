@@ -221,3 +221,17 @@ def test_football_import_names_every_team(served, tmp_path, capsys, football_res
     _, got = run_json(capsys, "--data", str(tmp_path / "fb"), "--config", "football",
                       "profile", "get", "South_Korea")
     assert got["profile"]["display_name"] == "South Korea"
+
+
+def test_speed_rebuild_reloads_the_profile_cache(served, capsys, redis_server):
+    from leaderboard.profiles import PROFILES_KEY
+
+    client = redis.Redis.from_url(redis_server.url, protocol=2)
+    assert main(["profile", "set", "carol", "--name", "Carol C."]) == 0
+    client.flushall()  # Redis lost its data: the speed state and the profiles
+    assert main(["speed", "rebuild"]) == 0
+    assert client.hget(PROFILES_KEY, "carol") is not None  # back before any read
+    capsys.readouterr()
+    _, friends = run_json(capsys, "friends", "global", "carol")
+    assert friends["entries"][0]["display_name"] == "Carol C."
+    client.close()

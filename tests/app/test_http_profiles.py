@@ -174,3 +174,18 @@ def test_a_body_over_16_kib_is_refused_unread(http):
     streamed = http.put("/v1/players/ann/profile", headers=AUTH, content=chunks())
     assert streamed.status_code == 413
     assert not history_of(http.lake, "ann")
+
+
+def test_after_redis_loss_the_app_reloads_profiles_with_the_speed_state(http, redis_client):
+    """The background rebuild reloads the profile cache too, so the first read after it
+    does not block on a reload."""
+    from leaderboard.profiles import PROFILES_KEY
+
+    assert _put(http, "ann", {"display_name": "Ann Lee"}).status_code == 200
+    redis_client.flushall()
+    assert http.get("/v1/boards/region:na/top").status_code == 503  # starts the rebuild
+    service = http.app.state.service
+    service.rebuild_thread.join(60)
+    assert redis_client.hexists(PROFILES_KEY, "")  # loaded before any read asked
+    top = http.get("/v1/boards/region:na/top").json()["entries"]
+    assert top[0]["display_name"] == "Ann Lee"
