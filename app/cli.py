@@ -416,6 +416,59 @@ def _cmd_void(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_score(args: argparse.Namespace) -> int:
+    """Submit one score to a direct board: the same door, landing and fold as
+    `POST /v1/boards/{board}/scores`."""
+    import pyarrow as pa
+
+    from speed_layer.ingest import Ingestor, open_writer
+
+    _player(args.player)
+    settings = _settings(args)
+    board = settings.registry.board(args.board)
+    if not board.direct:
+        direct = [b.name for b in settings.registry.boards if b.direct]
+        raise UsageError(f"board {board.name} is fed by match events (`leaderboard ingest`); "
+                         "scores go to a direct board: "
+                         + (", ".join(direct) or "the registry has none (source = \"direct\")"))
+    field = board.score_field
+    event_time = args.event_time or settings.now().isoformat()
+    table = pa.table({"match_id": [args.match], "player_id": [args.player],
+                      "points": pa.array([args.value], pa.int64()),
+                      "event_time": [event_time], "server_id": [args.server_id]})
+    writer = open_writer(settings.lake_dir, args.writer)
+    speed = None if args.no_speed else _speed_layer(settings)
+    try:
+        if speed is not None:
+            _repair(speed, settings)
+        report = Ingestor(settings.registry, writer, speed).ingest(
+            table, now=settings.now(), source="cli:score", row_reasons=True, board=board)
+    finally:
+        writer.close()
+    answer: dict[str, Any] = {
+        "board": board.name, "player_id": args.player, "match_id": args.match,
+        field: args.value, "accepted": report.accepted == 1, "retry": report.retries == 1,
+        "folded": speed is not None and report.fold_error is None}
+    if report.rejections:
+        _, reason, detail = report.rejections[0]
+        answer.update(error=reason, message=detail.replace("points", field, 1))
+    if args.json:
+        print(json.dumps(answer))
+    elif report.rejections:
+        err.print(f"[red]refused[/red] ({answer['error']}): {answer['message']}")
+    elif answer["retry"]:
+        out.print(f"{board.name}: {args.player}'s {field} of match {args.match} was already "
+                  "accepted; counted once")
+    else:
+        out.print(f"{board.name}: {field} {args.value:,} for {args.player} (match "
+                  f"{args.match}) accepted" + ("" if answer["folded"] else
+                                              "; landed, the batch will absorb it"))
+    if report.fold_error:
+        err.print(f"[yellow]warning:[/yellow] landed, but the fold into the speed layer "
+                  f"failed ({report.fold_error}); run `leaderboard speed repair`")
+    return 1 if report.rejections else 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from jobs.report import ReportError, score_distribution_png
 
@@ -806,6 +859,23 @@ def _parser() -> argparse.ArgumentParser:
     void.add_argument("--reason", help="why (required to void; kept in the lake)")
     void.add_argument("--list", action="store_true", help="list the voids, newest first")
     void.add_argument("--json", action="store_true")
+
+
+    score = add("score", _cmd_score, "Submit a score to a direct board (source = \"direct\" "
+                "in the registry): `score` for a max|min|last board, a `delta` for a sum.")
+    score.add_argument("action", choices=["submit"])
+    score.add_argument("board")
+    score.add_argument("player")
+    score.add_argument("value", type=int, help="the score (or the delta, on a sum board)")
+    score.add_argument("--match", required=True,
+                       help="what it came from (a race, a run): with the board and player "
+                            "its identity, so a retry counts once")
+    score.add_argument("--event-time", help="ISO 8601 instant scored (default: now)")
+    score.add_argument("--server-id", default="cli", help="who submitted it")
+    score.add_argument("--writer", default="cli", help="landing writer id")
+    score.add_argument("--no-speed", action="store_true",
+                       help="land only; do not fold into the speed layer")
+    score.add_argument("--json", action="store_true")
 
     lake = add("lake", _cmd_lake, "Lake upkeep: rebind the data dir to an edited registry; "
                "sweep the files of killed batch runs (every batch also does at its start).")

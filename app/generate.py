@@ -25,11 +25,12 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from leaderboard.registry import Registry
+from leaderboard.registry import Board, Registry
 from leaderboard.schema import INPUT_FIELDS, TIMESTAMP
 from leaderboard.timeutil import duration_us, epoch_us, from_epoch_us
 
-__all__ = ["GenerateSpec", "Injected", "generate_events", "simulate", "total_rows"]
+__all__ = ["GenerateSpec", "Injected", "generate_events", "generate_scores", "simulate",
+           "total_rows"]
 
 # -- the shape of a season ---------------------------------------------------------------------
 
@@ -629,3 +630,58 @@ def total_rows(spec: GenerateSpec) -> int:
     events = spec.days * spec.events_per_day
     dirt_per_day = sum(_dirt_counts(spec)) if spec.dirty > 0 and spec.events_per_day else 0
     return events + spec.days * dirt_per_day
+
+
+# -- direct boards: scores submitted per board ------------------------------------------------
+
+#: Scores per day on each direct board, per match event of the day.
+_SCORES_PER_EVENT = 0.02
+
+
+def generate_scores(spec: GenerateSpec, registry: Registry
+                    ) -> Iterator[tuple[datetime, Board, pa.Table]]:
+    """Yield (landing_time, board, raw_batch) of score submissions to each direct board of
+    the registry (laps, for the default `best-lap`), in landing order; pure, no I/O.
+
+    The players are the season's (same ids); about 2 scores a day per 100 match events.
+    Scores cluster near the low tenth of the board's bounds (a lap time well above the
+    fastest possible), deltas are spread over the bounds. Deterministic like the events, from
+    the seed and the board's place in the registry.
+    """
+    direct = [b for b in registry.boards if b.direct]
+    if not direct or spec.days <= 0 or spec.events_per_day <= 0:
+        return iter(())
+    width = max(7, len(str(spec.players - 1)))
+    slot_us = spec.batch_minutes * 60 * _US
+    per_day = max(1, round(spec.events_per_day * _SCORES_PER_EVENT))
+    batches: list[tuple[int, int, pa.Table]] = []
+    for number, board in enumerate(direct):
+        rng = np.random.Generator(np.random.PCG64([spec.seed, 1 + number]))
+        total = per_day * spec.days
+        day = np.repeat(np.arange(spec.days, dtype=np.int64), per_day)
+        at = _micros(spec.start) + day * _DAY_US + rng.integers(0, _DAY_US, total)
+        low, high = board.min_points, board.max_points
+        if board.aggregation == "sum":
+            points = rng.integers(low, high, total, endpoint=True)
+        else:
+            typical = low + (high - low) // 10
+            spread = rng.lognormal(0.0, 0.15, total)
+            points = np.clip(np.round(typical * spread), low, high).astype(np.int64)
+        players = rng.integers(0, spec.players, total)
+        landing = (at // slot_us + 1) * slot_us  # the end of the event's landing slot
+        order = np.argsort(landing, kind="stable")
+        table = pa.table({
+            "match_id": _fixed_ids(np.arange(total), f"s{spec.seed}-{number}-", len(str(total)),
+                                   None),
+            "player_id": _fixed_ids(players, "p", width, None),
+            "points": pa.array(points, pa.int64()),
+            "event_time": pa.array(at.view("M8[us]"), TIMESTAMP),
+            "server_id": pa.array([f"{board.name}-gs"] * total, pa.string()),
+        }).take(pa.array(order))
+        landing = landing[order]
+        starts = np.flatnonzero(np.concatenate([[True], landing[1:] != landing[:-1]]))
+        ends = np.append(starts[1:], total)
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            batches.append((int(landing[start]), number, table.slice(start, end - start)))
+    batches.sort(key=lambda b: (b[0], b[1]))
+    return ((from_epoch_us(at_us), direct[number], batch) for at_us, number, batch in batches)

@@ -18,10 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-from app.generate import GenerateSpec, simulate, total_rows
+from app.generate import GenerateSpec, generate_scores, simulate, total_rows
 from leaderboard.lake import LandingWriter
 from leaderboard.registry import Registry
-from leaderboard.validation import Validated, validate_events
+from leaderboard.validation import Validated, validate_events, validate_scores
 
 __all__ = ["GenerateReport", "generate_season"]
 
@@ -44,6 +44,8 @@ class GenerateReport:
     reasons: dict[str, int]
     #: Busy seconds per stage (generate, validate, land); they overlap, so may sum past `seconds`.
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    #: Scores landed on direct boards (app.generate.generate_scores), apart from the events.
+    scores: int = 0
 
     @property
     def events_per_second(self) -> float:
@@ -140,13 +142,32 @@ def generate_season(spec: GenerateSpec, registry: Registry, lake: Path, *,
                 yield landing_time, batch.num_rows, result
 
     reasons: Counter[str] = Counter()
-    accepted = rejected = in_batch = files = quarantine_files = done = 0
+    accepted = rejected = in_batch = files = quarantine_files = done = scores = 0
     started = time.perf_counter()
     stages = _in_thread(validated(), "validate")
+    # Direct boards' scores land in the same landing order (small: validated here).
+    pending = list(generate_scores(spec, registry))
+    pending.reverse()
+
+    def land_scores(writer: LandingWriter, until: datetime | None) -> tuple[int, int]:
+        """Land the scores due by `until` (None: all); (files, quarantine files)."""
+        landed = kept = 0
+        nonlocal scores
+        while pending and (until is None or pending[-1][0] <= until):
+            at, board, batch = pending.pop()
+            checked = validate_scores(batch, registry, board, now=at, source=source)
+            landed += len(writer.land(checked.accepted, at))
+            kept += len(writer.quarantine(checked.rejected, at))
+            scores += checked.accepted.num_rows
+        return landed, kept
+
     # Closing the stages stops and joins their threads, also when landing fails midway.
     with LandingWriter(lake, spec.writer) as writer, contextlib.closing(stages):
         for landing_time, rows, result in stages:
             began = time.perf_counter()
+            landed, kept = land_scores(writer, landing_time)
+            files += landed
+            quarantine_files += kept
             files += len(writer.land(result.accepted, landing_time))
             quarantine_files += len(writer.quarantine(result.rejected, landing_time))
             busy["land"] += time.perf_counter() - began
@@ -158,10 +179,13 @@ def generate_season(spec: GenerateSpec, registry: Registry, lake: Path, *,
             done += rows
             if progress is not None:
                 progress(done, total)
+        landed, kept = land_scores(writer, None)
+        files += landed
+        quarantine_files += kept
     return GenerateReport(
         events=events, rows=done, accepted=accepted, rejected=rejected,
         duplicates_in_batch=in_batch, duplicates=injected.duplicates, late=injected.late,
         malformed=injected.malformed, files=files, quarantine_files=quarantine_files,
         seconds=time.perf_counter() - started, reasons=dict(sorted(reasons.items())),
-        stage_seconds=busy,
+        stage_seconds=busy, scores=scores,
     )

@@ -277,14 +277,18 @@ def _scope_points(lake: Path, rollups: dict[str, dict[str, Any]], banned: set[st
         table = table.filter(pc.invert(pc.is_in(table.column("player_id"),
                                                 value_set=pa.array(sorted(banned)))))
     totals: dict[str, pa.Array] = {}
-    for column in (None, "region", "mode"):
-        keys = ["player_id"] if column is None else ["player_id", column]
-        grouped = table.group_by(keys).aggregate([("points_sum", "sum")])
+    # Direct scores' rollup rows have region "" and their board in `mode` (jobs.spec).
+    direct = pc.equal(table.column("region"), "")
+    events, scores = table.filter(pc.invert(direct)), table.filter(direct)
+    for column in (None, "region", "mode", "board"):
+        source = scores if column == "board" else events
+        keys = ["player_id"] if column is None else ["player_id", column.replace("board", "mode")]
+        grouped = source.group_by(keys).aggregate([("points_sum", "sum")])
         if column is None:
             totals["global"] = grouped.column("points_sum_sum").combine_chunks()
             continue
-        for value in pc.unique(grouped.column(column)).to_pylist():
-            rows = grouped.filter(pc.equal(grouped.column(column), value))
+        for value in pc.unique(grouped.column(keys[1])).to_pylist():
+            rows = grouped.filter(pc.equal(grouped.column(keys[1]), value))
             totals[f"{column}:{value}"] = rows.column("points_sum_sum").combine_chunks()
     return totals
 
@@ -309,12 +313,17 @@ def _carried_scope_points(base: Manifest | None, delta: pa.Table, banned: set[st
         return totals
     rows = rows.set_column(rows.schema.get_field_index("points_sum"), "points_sum",
                            pc.cast(rows.column("points_sum"), pa.decimal128(38, 0)))
-    totals["global"] = totals.get("global", 0) + int(pc.sum(rows.column("points_sum")).as_py())
-    for column in ("region", "mode"):
-        grouped = rows.group_by(column).aggregate([("points_sum", "sum")])
+    # Direct scores' rollup rows (region "", their board in `mode`) count on their board only.
+    direct = pc.equal(rows.column("region"), "")
+    events, scores = rows.filter(pc.invert(direct)), rows.filter(direct)
+    totals["global"] = totals.get("global", 0) + int(
+        pc.sum(events.column("points_sum")).as_py() or 0)
+    for column, source, prefix in (("region", events, "region"), ("mode", events, "mode"),
+                                   ("mode", scores, "board")):
+        grouped = source.group_by(column).aggregate([("points_sum", "sum")])
         for value, points in zip(grouped.column(column).to_pylist(),
                                  grouped.column("points_sum_sum").to_pylist(), strict=True):
-            key = f"{column}:{value}"
+            key = f"{prefix}:{value}"
             totals[key] = totals.get(key, 0) + int(points)
     return totals
 
@@ -717,7 +726,7 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
             continue
         if (board.name, ALL_TIME) not in totals:
             continue
-        key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
+        key = board.scope_key
         got = totals[(board.name, ALL_TIME)]
         limit = registry.layout(board, ALL_TIME).limit
         if carried_points is not None and _state_file_usable(

@@ -140,6 +140,8 @@ def rows_checksum(table: pa.Table) -> str:
     digest = hashlib.sha256(f"rows={table.num_rows}".encode())
     for name in LANDED_SCHEMA.names:
         column = table.column(name).combine_chunks()
+        if name == "board" and column.null_count == len(column):
+            continue  # match events only: the checksum of files from before the column
         digest.update(f"|{name}|{column.null_count}|".encode())
         if column.null_count:
             digest.update(np.asarray(column.is_null()).tobytes())

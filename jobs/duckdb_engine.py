@@ -53,11 +53,11 @@ def _saturated(total: str, limit: str) -> str:
     return f"greatest(least({total}, {limit}), -({limit}))::BIGINT"
 
 
-#: Landed files of any age: files from before the `backfill` column read it as null (and the
-#: empty branch gives the column when no file has it yet).
+#: Landed files of any age: files from before the `backfill` or `board` column read it as null
+#: (and the empty branch gives the columns when no file has them yet).
 _LANDED_SQL = ("SELECT * FROM read_parquet($files, filename = true, hive_partitioning = false, "
-               "union_by_name = true) UNION ALL BY NAME SELECT NULL::BOOLEAN AS backfill "
-               "WHERE false")
+               "union_by_name = true) UNION ALL BY NAME SELECT NULL::BOOLEAN AS backfill, "
+               "NULL::VARCHAR AS board WHERE false")
 
 _ROLLUP_AGGREGATES = f"""
     count(*)::BIGINT AS matches,
@@ -180,19 +180,23 @@ class DuckDBEngine:
                        " FROM voids_t WHERE player_id IS NOT NULL)")
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE new_events AS
-            SELECT match_id, player_id, points, event_time, region, mode, ingested_at,
-                   coalesce(backfill, false) AS backfill
+            SELECT match_id, player_id, points, event_time, region,
+                   coalesce(board, mode) AS mode, ingested_at,
+                   coalesce(backfill, false) AS backfill, board
             FROM ({_LANDED_SQL})
             WHERE {window}
-            QUALIFY row_number() OVER (PARTITION BY match_id, player_id
+            QUALIFY row_number() OVER (PARTITION BY match_id, player_id, board
                                        ORDER BY ingested_at, filename) = 1
         """, {"files": list(files)})
         if absorbed and since is not None:
             con.execute(f"""
                 DELETE FROM new_events n WHERE EXISTS (
-                    SELECT 1 FROM read_parquet($absorbed, hive_partitioning = false) a
+                    SELECT 1 FROM (SELECT * FROM read_parquet($absorbed, hive_partitioning = false,
+                                                              union_by_name = true)
+                                   UNION ALL BY NAME SELECT NULL::VARCHAR AS board WHERE false) a
                     WHERE a.ingested_at < make_timestamp({epoch_us(since)})::TIMESTAMPTZ
-                      AND a.match_id = n.match_id AND a.player_id = n.player_id)
+                      AND a.match_id = n.match_id AND a.player_id = n.player_id
+                      AND a.board IS NOT DISTINCT FROM n.board)
             """, {"absorbed": list(absorbed)})
         counted = con.execute("SELECT count(*) FROM new_events").fetchall()[0][0]
         table = con.sql(f"""
@@ -338,7 +342,9 @@ class DuckDBEngine:
                 UNION ALL BY NAME SELECT *, true AS from_delta FROM delta_t
             ), x AS (
                 SELECT r.* EXCLUDE (player_id), p.pc,
-                       unnest(['global', 'region:' || r.region, 'mode:' || r.mode]) AS scope_key
+                       unnest(CASE WHEN r.region = '' THEN ['board:' || r.mode]  -- direct scores
+                                   ELSE ['global', 'region:' || r.region, 'mode:' || r.mode]
+                              END) AS scope_key
                 FROM src r JOIN players_i p USING (player_id)
             ), counted AS (
                 SELECT b.bw, x.pc, x.matches, x.points_sum, x.max_points, x.max_at,

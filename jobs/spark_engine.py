@@ -94,7 +94,8 @@ _WINDOW_COLUMNS = pa.schema([("board", pa.string()), ("window_id", pa.string())]
 
 # Read schemas (DDL): no footer inference, and only the columns used are read.
 _EVENTS_DDL = ("match_id string, player_id string, points bigint, event_time timestamp, "
-               "region string, mode string, ingested_at timestamp, backfill boolean")
+               "region string, mode string, ingested_at timestamp, backfill boolean, "
+               "board string")
 _ROLLUP_DDL = ("player_id string, event_date date, region string, mode string, mask bigint, "
                "matches bigint, points_sum bigint, max_points bigint, max_at timestamp, "
                "min_points bigint, min_at timestamp, last_points bigint, last_match string, "
@@ -613,17 +614,22 @@ class SparkEngine:
         keep = F.col("ingested_us") < F.lit(epoch_us(watermark))
         if since is not None:
             keep = keep & (F.col("ingested_us") >= F.lit(epoch_us(since)))
-        first = (events.where(keep)
+        # A direct score (identity with its board) rolls up with its board as `mode`.
+        first = (events.where(keep).withColumn("mode", F.coalesce("board", "mode"))
                  .repartition(partitions, "player_id")
-                 .groupBy("match_id", "player_id")
+                 .groupBy("match_id", "player_id", "board")
                  .agg(F.min(F.struct("ingested_us", "file_order", "t", "points", "region",
                                      "mode", "backfill")).alias("e"))
-                 .select("match_id", "player_id", "e.*"))
+                 .select("match_id", "player_id", "board", "e.*"))
         if absorbed and since is not None:
             seen = (self.spark.read.schema(_EVENTS_DDL).parquet(*map(_for_spark, absorbed))
                     .where(F.unix_micros("ingested_at") < F.lit(epoch_us(since)))
-                    .select("match_id", "player_id"))
-            first = first.join(seen, ["match_id", "player_id"], "left_anti")
+                    .select(F.col("match_id").alias("seen_match"),
+                            F.col("player_id").alias("seen_player"),
+                            F.col("board").alias("seen_board")))
+            first = first.join(seen, (first.match_id == seen.seen_match)
+                               & (first.player_id == seen.seen_player)
+                               & first.board.eqNullSafe(seen.seen_board), "left_anti")
         if voids is not None and voids.num_rows:
             whole = pc.is_null(voids.column("player_id"))
             matches = self._frame(pa.table({"match_id": pc.unique(
@@ -713,8 +719,11 @@ class SparkEngine:
                 delta.select(ROLLUP_SCHEMA.names).cast(ROLLUP_SCHEMA))
                 .withColumn("from_delta", F.lit(True)))
         rows = rows.repartition(partitions, "player_id")
-        scopes = F.array(F.lit("global"), F.concat(F.lit("region:"), F.col("region")),
-                         F.concat(F.lit("mode:"), F.col("mode")))
+        scopes = (F.when(F.col("region") == "",  # direct scores: their board only
+                         F.array(F.concat(F.lit("board:"), F.col("mode"))))
+                  .otherwise(F.array(F.lit("global"),
+                                     F.concat(F.lit("region:"), F.col("region")),
+                                     F.concat(F.lit("mode:"), F.col("mode")))))
         counted = (rows.withColumn("scope_key", F.explode(scopes))
                    .join(spec_df, "scope_key")
                    .join(calendar_df, ["event_date", "kind"])

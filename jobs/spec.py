@@ -43,7 +43,10 @@ WIDTH_BUCKETS = 20
 ROLLUP_CAP = 2**62
 DEPTH_BUCKETS = 100
 
-#: One row per (player, event_date, region, mode, lateness mask): mergeable aggregates.
+#: One row per (player, event_date, region, mode, lateness mask): mergeable aggregates. A
+#: direct board's scores roll up with region "" (no match event has it) and the board's name
+#: in `mode`, so the explode step maps them to scope key `board:<name>` only, and the rollup
+#: files keep their columns (both engines map `board` to `mode` when rolling up).
 ROLLUP_SCHEMA = pa.schema([
     ("player_id", pa.string()), ("event_date", pa.date32()), ("region", pa.string()),
     ("mode", pa.string()), ("mask", pa.int64()), ("matches", pa.int64()),
@@ -189,7 +192,7 @@ def board_window_spec(registry: Registry) -> pa.Table:
         "board", "scope_key", "kind", "bit", "aggregation", "sign", "earliest", "time_bits",
         "time_unit_us", "score_limit")}
     for board in registry.boards:
-        scope_key = "global" if board.scope == "global" else f"{board.scope}:{board.scope_value}"
+        scope_key = board.scope_key
         grace_us = duration_us(board.grace)
         for kind in board.windows:
             rows["board"].append(board.name)

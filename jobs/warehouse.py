@@ -75,6 +75,7 @@ def _paths_sql(paths: list[str]) -> str:
 def _boards_table(registry: Registry) -> pa.Table:
     return pa.table({
         "board": [b.name for b in registry.boards],
+        "source": [b.source for b in registry.boards],  # events | direct
         "scope": [b.scope for b in registry.boards],
         "scope_value": [b.scope_value for b in registry.boards],
         "windows": [list(b.windows) for b in registry.boards],
@@ -170,17 +171,18 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
         con.execute("SET TimeZone = 'UTC'")
         events = sorted(str(p) for p in lake.glob("events/ingest_date=*/part-*.parquet"))
         if events:
-            # Files from before the backfill column read it as false.
+            # Files from before the backfill column read it as false; before the board
+            # column (direct scores' board; null for match events), as null.
             con.execute("CREATE VIEW events AS SELECT * REPLACE (coalesce(backfill, false) AS "
                         f"backfill) FROM (SELECT * FROM read_parquet({_paths_sql(events)}, "
                         "hive_partitioning = true, union_by_name = true) UNION ALL BY NAME "
-                        "SELECT NULL::BOOLEAN AS backfill WHERE false)")
+                        "SELECT NULL::BOOLEAN AS backfill, NULL::VARCHAR AS board WHERE false)")
         else:
             con.execute("CREATE VIEW events AS SELECT NULL::VARCHAR AS match_id, NULL::VARCHAR "
                         "AS player_id, NULL::BIGINT AS points, NULL::TIMESTAMPTZ AS event_time, "
                         "NULL::VARCHAR AS region, NULL::VARCHAR AS mode, NULL::VARCHAR AS "
                         "server_id, NULL::TIMESTAMPTZ AS ingested_at, NULL::BOOLEAN AS backfill, "
-                        "NULL::DATE AS ingest_date "
+                        "NULL::VARCHAR AS board, NULL::DATE AS ingest_date "
                         "WHERE false")
         for name, column, columns in (("standings", "path", _STANDINGS_COLUMNS),
                                       ("histograms", "histogram", _HISTOGRAM_COLUMNS)):

@@ -312,7 +312,8 @@ class LandingWriter:
 
     def land(self, events: pa.Table, ingested_at: datetime, *, backfill: bool = False
              ) -> list[LandedFile]:
-        """Land validated events (EVENT_SCHEMA), stamping ingested_at and the backfill flag.
+        """Land validated events (EVENT_SCHEMA, plus `board` for direct scores), stamping
+        ingested_at and the backfill flag.
 
         Files of at most BACKFILL_FILE_ROWS rows in the partition of the landing day, rows
         sorted by event_time inside a file for row-group pruning. A backfill is stamped with
@@ -320,6 +321,8 @@ class LandingWriter:
         """
         flagged = events.append_column(
             "backfill", pa.array(np.full(events.num_rows, backfill), pa.bool_()))
+        if "board" not in flagged.column_names:  # match events; direct scores name theirs
+            flagged = flagged.append_column("board", pa.nulls(events.num_rows, pa.string()))
         return self._write_stamped(flagged, ingested_at, "events", LANDED_SCHEMA, "event_time",
                                    _LANDED_DICTIONARY)
 

@@ -23,6 +23,7 @@ from leaderboard.timeutil import parse_duration
 __all__ = [
     "AGGREGATIONS",
     "ORDERS",
+    "SOURCES",
     "TIE_POLICIES",
     "Board",
     "Registry",
@@ -38,7 +39,10 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _BOARD_NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
 _SEASON_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 _BOARD_KEYS = {"scope", "name", "windows", "aggregation", "order", "ties", "min_points",
-               "max_points", "grace"}
+               "max_points", "grace", "source"}
+#: Where a board's rows come from: match events (by its scope), or direct score submissions
+#: (`POST /v1/boards/{board}/scores`), never both.
+SOURCES = ("events", "direct")
 _TOP_KEYS = {"regions", "modes", "calendar", "limits", "board_defaults", "boards"}
 
 
@@ -51,7 +55,7 @@ class Board:
     """One board: a scope of events and how they rank in each of its windows."""
 
     name: str
-    scope: str  # "global" | "region" | "mode"
+    scope: str  # "global" | "region" | "mode" | "board" (a direct board: only its own scores)
     scope_value: str | None
     windows: tuple[str, ...]
     aggregation: str
@@ -60,8 +64,29 @@ class Board:
     min_points: int
     max_points: int
     grace: timedelta
+    #: "events" (fed by match events of its scope) or "direct" (fed by score submissions).
+    source: str = "events"
+
+    @property
+    def direct(self) -> bool:
+        return self.source == "direct"
+
+    @property
+    def score_field(self) -> str:
+        """What a submission to a direct board carries: `delta` (added to the player's
+        total) for a sum board, `score` for a max|min|last board."""
+        return "delta" if self.aggregation == "sum" else "score"
+
+    @property
+    def scope_key(self) -> str:
+        """What the batch's explode step matches rows on: `global`, `region:<r>`, `mode:<m>`,
+        or `board:<name>` for a direct board (only its own scores carry that key)."""
+        return "global" if self.scope == "global" else f"{self.scope}:{self.scope_value}"
 
     def applies_to(self, region: str, mode: str) -> bool:
+        """Whether a match event of (region, mode) counts on this board (never a direct one)."""
+        if self.direct:
+            return False
         if self.scope == "global":
             return True
         if self.scope == "region":
@@ -220,7 +245,7 @@ def _calendar(raw: dict[str, Any], source: str) -> Calendar:
 def _board_settings(table: dict[str, Any], base: dict[str, Any], source: str,
                     where: str) -> dict[str, Any]:
     merged = dict(base)
-    merged.update({k: v for k, v in table.items() if k not in ("scope", "name")})
+    merged.update({k: v for k, v in table.items() if k not in ("scope", "name", "source")})
 
     def key_of(key: str) -> str:
         """Where a setting was written: the board, or [board_defaults] it inherits."""
@@ -286,8 +311,8 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
     if not isinstance(defaults, dict):
         raise _fail(source, "board_defaults", "must be a table")
     unknown = set(defaults) - _BOARD_KEYS
-    if unknown or "scope" in defaults or "name" in defaults:
-        bad = sorted(unknown | ({"scope", "name"} & set(defaults)))[0]
+    if unknown or {"scope", "name", "source"} & set(defaults):
+        bad = sorted(unknown | ({"scope", "name", "source"} & set(defaults)))[0]
         raise _fail(source, f"board_defaults.{bad}", "is not a board default")
     boards_raw = raw.get("boards")
     if not isinstance(boards_raw, list) or not boards_raw:
@@ -309,6 +334,26 @@ def parse_registry(raw: dict[str, Any], *, source: str = "<dict>") -> Registry:
             board_grace = parse_duration(grace_raw, what=grace_key)
         except ValueError as exc:
             raise _fail(source, grace_key, f"is invalid: {exc}") from None
+        source_kind = entry.get("source", "events")
+        if source_kind not in SOURCES:
+            raise _fail(source, f"{where}.source",
+                        f"is {source_kind!r}; use one of {', '.join(SOURCES)}")
+        if source_kind == "direct":
+            name = entry.get("name")
+            if "scope" in entry:
+                raise _fail(source, f"{where}.scope", "is not for a direct board (it takes only "
+                            "its own score submissions); remove it")
+            if not isinstance(name, str) or not _BOARD_NAME.match(name):
+                raise _fail(source, f"{where}.name", "is required for a direct board: 1-64 "
+                            "chars of [a-z0-9_.:-]")
+            boards.append(Board(
+                name=name, scope="board", scope_value=name,
+                windows=settings["windows"], aggregation=settings["aggregation"],
+                order=settings["order"], ties=settings["ties"],
+                min_points=settings["min_points"], max_points=settings["max_points"],
+                grace=board_grace, source="direct",
+            ))
+            continue
         scope = entry.get("scope")
         if not isinstance(scope, str):
             raise _fail(source, f"{where}.scope", "is missing; use global, region:<r> or mode:<m>")

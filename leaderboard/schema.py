@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = [
     "EVENT_FIELDS",
@@ -13,6 +14,7 @@ __all__ = [
     "TIMESTAMP",
     "as_landed",
     "conform",
+    "identity_match_ids",
 ]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -36,9 +38,11 @@ EVENT_SCHEMA = pa.schema([
 #: A landed event: `ingested_at` is stamped at landing, never by the client. `backfill` marks
 #: a trusted historical import, the one exception to the lateness rule (it counts in every
 #: window its event_time falls in); files landed before the column existed read it as false,
-#: and so does null.
+#: and so does null. `board` is null for a match event; a direct score (a submission to a
+#: `source = "direct"` board) names its board there, has region and mode "", and counts on
+#: that board only. Files landed before the column read it as null.
 LANDED_SCHEMA = EVENT_SCHEMA.append(pa.field("ingested_at", TIMESTAMP, nullable=False)).append(
-    pa.field("backfill", pa.bool_()))
+    pa.field("backfill", pa.bool_())).append(pa.field("board", pa.string()))
 
 EVENT_FIELDS: tuple[str, ...] = tuple(LANDED_SCHEMA.names)
 
@@ -68,4 +72,24 @@ def as_landed(table: pa.Table) -> pa.Table:
     it as false (every reader of landed files goes through here or coalesces the same way)."""
     if "backfill" not in table.column_names:
         table = table.append_column("backfill", pa.array([False] * table.num_rows, pa.bool_()))
+    if "board" not in table.column_names:
+        table = table.append_column("board", pa.nulls(table.num_rows, pa.string()))
     return conform(table.select(LANDED_SCHEMA.names), LANDED_SCHEMA)
+
+
+#: Joins a direct score's board to its match_id in its identity; no match_id holds it
+#: (validation refuses control characters), so no match event's identity can equal one.
+_BOARD_SEPARATOR = "\x1f"
+
+
+def identity_match_ids(table: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """The match part of each row's identity, to pair with its player_id: the match_id of a
+    match event, `board US match_id` of a direct score, whose identity is (board, match_id,
+    player_id). The door, the speed layer's dedupe and the test oracles key on this; the
+    engines key on (match_id, player_id, board) alike."""
+    match_ids = table.column("match_id")
+    if "board" not in table.column_names or table.column("board").null_count == table.num_rows:
+        return match_ids
+    board = table.column("board")
+    joined = pc.binary_join_element_wise(board, match_ids, _BOARD_SEPARATOR)
+    return pc.if_else(pc.is_null(board), match_ids, joined)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from leaderboard.calendar import WindowError
-from leaderboard.registry import Registry
+from leaderboard.registry import Board, Registry
 from leaderboard.schema import (
     EVENT_SCHEMA,
     INPUT_FIELDS,
@@ -30,7 +30,7 @@ from leaderboard.schema import (
 from leaderboard.timeutil import duration_us, epoch_us, from_epoch_us, to_utc
 
 __all__ = ["ID_PATTERN", "ID_RULE", "MATCH_ID_PATTERN", "REASONS", "UNPRINTABLE_RANGES",
-           "Validated", "id_problem", "validate_events"]
+           "Validated", "id_problem", "validate_events", "validate_scores"]
 
 #: player_id and server_id: 1-64 chars of [A-Za-z0-9_.:-], but not "." or "..", which no URL
 #: can name (clients normalise them away as path segments). Written without lookahead so RE2
@@ -424,7 +424,9 @@ class _Plan:
         low = [_INT64_MIN] * self.combos
         high = [_INT64_MAX] * self.combos
         for b, board in enumerate(registry.boards):
-            if board.scope == "global":
+            if board.direct:
+                pass  # fed by its own submissions (validate_scores), never by a match event
+            elif board.scope == "global":
                 self.applies[b] = True
             elif board.scope == "region":
                 if board.scope_value in regions:
@@ -576,6 +578,53 @@ def validate_events(
                          duplicates=duplicates)
     return Validated(accepted=accepted, rejected=_rejected(columns, checks, bad_rows, source),
                      duplicates=duplicates, rejected_rows=bad_rows.astype(np.int64))
+
+
+def validate_scores(
+    table: pa.Table,
+    registry: Registry,
+    board: Board,
+    *,
+    now: datetime,
+    default_server_id: str | None = None,
+    source: str = "",
+) -> Validated:
+    """Validate submissions to one direct board (`match_id`, `player_id`, `points`,
+    `event_time`, `server_id`) with exactly the checks of a match event counted on that
+    board alone: ids, time bounds, the board's points bounds and sort-key fit, its windows
+    and their grace. Accepted rows have region and mode "" and carry `board`, so they count
+    on that board only; in-batch retries are dropped by (match_id, player_id), which with the
+    board is the score's identity."""
+    if not board.direct:
+        raise ValueError(f"board {board.name!r} is fed by match events, not by scores")
+    n = table.num_rows
+    blank = pa.array([""] * n, pa.string())
+    rows = table.drop_columns([c for c in ("region", "mode", "board")
+                               if c in table.column_names])
+    rows = rows.append_column("region", blank).append_column("mode", blank)
+    validated = validate_events(rows, _direct_view(registry, board), now=now,
+                                default_server_id=default_server_id, source=source)
+    accepted = validated.accepted.append_column(
+        "board", pa.array([board.name] * validated.accepted.num_rows, pa.string()))
+    return replace(validated, accepted=accepted)
+
+
+_views: dict[tuple[int, str], tuple[Registry, Registry]] = {}
+
+
+def _direct_view(registry: Registry, board: Board) -> Registry:
+    """The registry as one direct board's submissions see it: that board alone, counting
+    every row (region and mode ""). Kept per (registry, board), so its plan is reused."""
+    found = _views.get((id(registry), board.name))
+    if found is not None and found[0] is registry:
+        return found[1]
+    view = replace(registry, regions=("",), modes=("",),
+                   boards=(replace(board, scope="global", scope_value=None, source="events"),))
+    with _plans_lock:
+        if len(_views) >= _MAX_PLANS:
+            _views.clear()
+        _views[(id(registry), board.name)] = (registry, view)
+    return view
 
 
 def _input_columns(table: pa.Table, n: int, default_server_id: str | None

@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
+from leaderboard.schema import identity_match_ids
 from speed_layer.fold import ScriptPipeline, _sha
 
 __all__ = ["DEFAULT_BUCKETS", "DEFAULT_GROUPS", "Admission", "Claim", "ClaimPending", "Door",
@@ -317,7 +318,7 @@ class Door:
 
     def _groups(self, table: pa.Table) -> list[tuple[int, np.ndarray, bytes]]:
         """Per hash group: (group, rows of its ids, their 12-byte records back to back)."""
-        digests = _digests(table.column("match_id"), table.column("player_id"))
+        digests = _digests(identity_match_ids(table), table.column("player_id"))
         buckets = _buckets_of(digests, self.buckets)
         records = np.empty((len(digests), _RECORD), dtype=np.uint8)
         records[:, :4] = buckets.astype(">u4").view(np.uint8).reshape(-1, 4)

@@ -37,6 +37,7 @@ from leaderboard.calendar import Calendar, Window
 from leaderboard.lake import LandedFile, landed_files, stamp_range
 from leaderboard.manifest import read_version
 from leaderboard.registry import Board, Registry
+from leaderboard.schema import identity_match_ids
 from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
@@ -375,12 +376,19 @@ def plan_updates(table: pa.Table, registry: Registry,
     matches = table.column("match_id")
     updates: list[Update] = []
     kinds: dict[str, _KindWindows] = {}
+    # A direct score (`board` set) counts on its board only, a match event on no direct board.
+    boards = (table.column("board") if "board" in table.column_names
+              else pa.nulls(table.num_rows, pa.string()))
+    is_event = np.asarray(pc.is_null(boards).to_numpy(zero_copy_only=False), dtype=bool)
     for board in registry.boards:
-        if board.scope == "global":
-            applies = np.ones(table.num_rows, dtype=bool)
+        if board.direct:
+            applies = np.asarray(pc.fill_null(pc.equal(boards, board.name), False).to_numpy(
+                zero_copy_only=False), dtype=bool)
+        elif board.scope == "global":
+            applies = is_event
         else:
             column = regions if board.scope == "region" else modes
-            applies = np.asarray(pc.equal(column, board.scope_value).to_numpy(
+            applies = is_event & np.asarray(pc.equal(column, board.scope_value).to_numpy(
                 zero_copy_only=False), dtype=bool)
         if not applies.any():
             continue
@@ -886,8 +894,9 @@ class Folder:
 
 
 def _identity_column(table: pa.Table) -> pa.Array:
-    """`match_id NUL player_id` per row: an event's identity as one string."""
-    joined = pc.binary_join_element_wise(table.column("match_id"), table.column("player_id"),
+    """`match_id NUL player_id` per row (a direct score's match part names its board too,
+    leaderboard.schema.identity_match_ids): an event's identity as one string."""
+    joined = pc.binary_join_element_wise(identity_match_ids(table), table.column("player_id"),
                                          "\x00")
     return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 

@@ -20,8 +20,8 @@ import redis
 
 from leaderboard import faults
 from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
-from leaderboard.registry import Registry
-from leaderboard.validation import validate_events
+from leaderboard.registry import Board, Registry
+from leaderboard.validation import validate_events, validate_scores
 from speed_layer.rate import Held, PlayerRate
 from speed_layer.service import SpeedLayer
 
@@ -113,6 +113,7 @@ class Ingestor:
         default_server_id: str | None = None,
         unparseable: pa.Table | None = None,
         row_reasons: bool = False,
+        board: Board | None = None,
     ) -> IngestReport:
         """Ingest one batch landed at `now`.
 
@@ -129,12 +130,21 @@ class Ingestor:
         row). A failure of Redis before landing
         raises (nothing landed); after landing it is reported in `fold_error` (the rows are
         durable, and `SpeedLayer.repair` folds them later).
+        `board`: the rows are scores submitted to this direct board (`points` the score or
+        delta), not match events; they take the same door, landing and fold, and count on
+        that board only.
         """
-        validated = validate_events(
-            # A backfill is checked as if landed at its own event_time: never late.
-            table, self.registry, now=now, ingested_at="event_time" if backfill else now,
-            default_server_id=default_server_id, source=source,
-        )
+        if board is not None:
+            if backfill:
+                raise ValueError("direct scores are not backfilled; submit them as scores")
+            validated = validate_scores(table, self.registry, board, now=now,
+                                        default_server_id=default_server_id, source=source)
+        else:
+            validated = validate_events(
+                # A backfill is checked as if landed at its own event_time: never late.
+                table, self.registry, now=now, ingested_at="event_time" if backfill else now,
+                default_server_id=default_server_id, source=source,
+            )
         rejected = validated.rejected
         if unparseable is not None and unparseable.num_rows:
             rejected = pa.concat_tables([rejected, unparseable.select(rejected.column_names)
@@ -146,9 +156,10 @@ class Ingestor:
                                         self.writer.next_seq)
             accepted, claim = admitted.rows, admitted.claim
         held: Held | None = None
-        if self.rate is not None and not backfill:
+        if self.rate is not None and not backfill and board is None:
             # After the door (a retry is no new event), before landing: held rows go to the
-            # quarantine first, so a crash leaves their claims backed by the lake.
+            # quarantine first, so a crash leaves their claims backed by the lake. (Direct
+            # scores are not held: the quarantine keeps no board to release them to.)
             held = self.rate.split(accepted, now, source)
             accepted = held.kept
         report = IngestReport(

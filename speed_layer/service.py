@@ -227,8 +227,10 @@ class SpeedLayer:
         landed: set[bytes] = set()
         for found in landed_files(self.lake):
             if found.writer == writer and found.seq >= since:
+                names = pq.read_schema(found.path).names  # `board`: direct scores' files
                 landed |= self.door.records_of(pq.read_table(
-                    found.path, columns=["match_id", "player_id"]))
+                    found.path, columns=[c for c in ("match_id", "player_id", "board")
+                                         if c in names]))
         for found in landed_files(self.lake, kind="quarantine"):  # rows held for rate
             if found.writer == writer and found.seq >= since:
                 landed |= self.door.records_of(held_ids(found.path))

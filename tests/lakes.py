@@ -31,6 +31,9 @@ EXOTIC = {
          "windows": ["daily", "weekly", "all-time"], "grace": "2h"},
         {"scope": "mode:ranked", "name": "speedrun", "aggregation": "min", "order": "asc",
          "ties": "earliest", "windows": ["daily", "monthly", "season", "all-time"]},
+        # A direct board (scores submitted to it, never match events): deltas of both signs.
+        {"name": "coins", "source": "direct", "windows": ["daily", "weekly", "all-time"],
+         "min_points": -5, "max_points": 20},
     ],
 }
 
@@ -72,26 +75,30 @@ def random_stream(seed: int, *, start: datetime, days: int = 3, matches: int = 6
 def land(lake: Path, registry: Registry, events: list[dict], *, writer: str = "t",
          batch_minutes: int = 60, speed: SpeedLayer | None = None) -> int:
     """Land events in micro-batches by ingested_at (each batch stamped with its slot end),
-    folding them into `speed` too when given."""
-    slots: dict[datetime, list[dict]] = {}
+    folding them into `speed` too when given. An event with a `board` is a score submitted
+    to that direct board (its region and mode are not read); each board's scores of a slot
+    are one submission batch, landed after the slot's match events."""
+    slots: dict[tuple[datetime, str], list[dict]] = {}
     for event in events:
         at = event["ingested_at"]
         slot = at.replace(minute=0, second=0, microsecond=0) + timedelta(minutes=batch_minutes)
-        slots.setdefault(slot, []).append(event)
+        slots.setdefault((slot, event.get("board") or ""), []).append(event)
     landed = 0
     with LandingWriter(lake, writer) as handle:
         ingestor = Ingestor(registry, handle, speed)
-        for slot in sorted(slots):
-            rows = slots[slot]
+        for slot, board in sorted(slots):
+            rows = slots[(slot, board)]
             table = pa.table({
                 "match_id": [r["match_id"] for r in rows],
                 "player_id": [r["player_id"] for r in rows],
                 "points": pa.array([r["points"] for r in rows], pa.int64()),
                 "event_time": pa.array([r["event_time"] for r in rows], TIMESTAMP),
-                "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
+                "region": [r.get("region", "") for r in rows],
+                "mode": [r.get("mode", "") for r in rows],
                 "server_id": [r["server_id"] for r in rows],
             })
-            report = ingestor.ingest(table, now=slot, source="test")
+            report = ingestor.ingest(table, now=slot, source="test",
+                                     board=registry.board(board) if board else None)
             landed += report.accepted
     return landed
 

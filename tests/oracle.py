@@ -37,8 +37,9 @@ class Row:
 
 def absorbed_events(lake: Path, watermark: datetime | None) -> list[dict]:
     """Landed events with ingested_at < watermark, deduped: first ingested wins, then the
-    file path (the engines' tie-break), one row per (match_id, player_id); then the events
-    a void with `at` before the watermark names (the match, or the match and player) go."""
+    file path (the engines' tie-break), one row per (match_id, player_id), or per (board,
+    match_id, player_id) for direct scores; then the events a void with `at` before the
+    watermark names (the match, or the match and player) go."""
     voided = {(v["match_id"], v["player_id"]) for path in sorted((lake / "voids").glob("*"))
               for v in pq.read_table(path).to_pylist()
               if watermark is None or v["at"] < watermark}
@@ -49,10 +50,10 @@ def absorbed_events(lake: Path, watermark: datetime | None) -> list[dict]:
                 row["_file"] = str(landed.path)
                 rows.append(row)
     rows.sort(key=lambda r: (r["ingested_at"], r["_file"]))
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str | None]] = set()
     kept = []
     for row in rows:
-        identity = (row["match_id"], row["player_id"])
+        identity = (row["match_id"], row["player_id"], row.get("board"))
         if identity not in seen:
             seen.add(identity)
             if (row["match_id"], None) not in voided and identity not in voided:
@@ -85,7 +86,9 @@ def reference_standings(
     groups: dict[tuple[str, str], dict[str, dict]] = {}
     windows: dict[tuple[str, str], object] = {}
     for event in absorbed_events(lake, watermark):
-        for board in registry.boards_for(event["region"], event["mode"]):
+        boards = ([registry.board(event["board"])] if event.get("board")
+                  else registry.boards_for(event["region"], event["mode"]))
+        for board in boards:
             # A backfill counts in every window its event_time falls in: as if it had
             # landed at its event_time (files without the column hold no backfill).
             landed = event["event_time"] if event.get("backfill") else event["ingested_at"]

@@ -111,11 +111,13 @@ def _events(lake: Path, watermark: datetime | None) -> list[dict[str, Any]]:
             if watermark is None or row["ingested_at"] < watermark:
                 rows.append((row["ingested_at"], str(path), row))
     rows.sort(key=lambda r: (r[0], r[1]))
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str | None]] = set()
     kept = []
     for _, _, row in rows:
-        if (row["match_id"], row["player_id"]) not in seen:
-            seen.add((row["match_id"], row["player_id"]))
+        # A direct score's identity names its board (files without the column: none).
+        identity = (row["match_id"], row["player_id"], row.get("board"))
+        if identity not in seen:
+            seen.add(identity)
             kept.append(row)
     return kept
 
@@ -134,6 +136,9 @@ def _banned(lake: Path, watermark: datetime | None) -> set[str]:
 
 
 def _applies(board: Any, event: dict[str, Any]) -> bool:
+    """A direct score counts on its own board only, a match event on no direct board."""
+    if event.get("board") or board.source == "direct":
+        return bool(event.get("board") == board.name)
     if board.scope == "global":
         return True
     return event[board.scope] == board.scope_value

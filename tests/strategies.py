@@ -17,7 +17,14 @@ from typing import Any
 from hypothesis import strategies as st
 
 from leaderboard.calendar import WINDOW_KINDS, Calendar, Season
-from leaderboard.registry import AGGREGATIONS, ORDERS, TIE_POLICIES, Registry, parse_registry
+from leaderboard.registry import (
+    AGGREGATIONS,
+    ORDERS,
+    TIE_POLICIES,
+    Board,
+    Registry,
+    parse_registry,
+)
 from leaderboard.sortkey import MAX_EXACT, UNITS_US, choose_layout, max_abs_score
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "aggregations",
     "base_registry_raw",
     "dates",
+    "direct_scores",
     "display_names",
     "event_row",
     "event_streams",
@@ -192,7 +200,10 @@ def base_registry_raw() -> dict[str, Any]:
         "board_defaults": {"windows": list(WINDOW_KINDS), "aggregation": "sum",
                            "order": "desc", "ties": "shared", "min_points": 0,
                            "max_points": 1000},
-        "boards": [{"scope": "global"}, {"scope": "region:*"}, {"scope": "mode:*"}],
+        "boards": [{"scope": "global"}, {"scope": "region:*"}, {"scope": "mode:*"},
+                   {"name": "best-lap", "source": "direct", "windows": ["weekly", "all-time"],
+                    "aggregation": "min", "order": "asc", "ties": "earliest",
+                    "min_points": 1, "max_points": 1000000}],
     }
 
 
@@ -332,6 +343,24 @@ def match_events(
 
 
 @st.composite
+def direct_scores(draw: st.DrawFn, board: Board, *, players: list[str], start: datetime,
+                  end: datetime, match_id: str | None = None) -> dict[str, Any]:
+    """One valid score submitted to direct board `board` (no ingested_at): an event dict
+    with `board` set, within the board's bounds (its edges and 0 favoured, for ties)."""
+    low, high = board.min_points, board.max_points
+    candidates = sorted({min(max(x, low), high) for x in (low, 0, 1, 3, high)})
+    return {
+        "match_id": match_id if match_id is not None else draw(
+            st.text(string.ascii_lowercase, min_size=1, max_size=3)),
+        "player_id": draw(st.sampled_from(players)),
+        "points": draw(st.sampled_from(candidates)),
+        "event_time": draw(instants(start, end)),
+        "board": board.name, "region": "", "mode": "",
+        "server_id": "s1",
+    }
+
+
+@st.composite
 def event_streams(
     draw: st.DrawFn,
     registry: Registry,
@@ -447,17 +476,27 @@ def lambda_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
     # Identities repeat only as re-deliveries within the horizon of the first delivery: a
     # repeat past it is the documented lambda trade (the speed layer counts it until the
     # batch dedupes it).
+    # Direct boards' scores share the match ids (a score's identity names its board).
+    direct = [b for b in registry.boards if b.direct]
     for number in range(draw(st.integers(0, 30))):
         if firsts and draw(st.integers(0, 9)) < 2:
             original = draw(st.sampled_from(firsts))
-            event = dict(draw(match_events(registry, players=players, start=start, end=end)))
+            board = registry.board(original["board"]) if original.get("board") else None
+            event = dict(draw(match_events(registry, players=players, start=start, end=end))
+                         if board is None else draw(direct_scores(board, players=players,
+                                                                  start=start, end=end)))
             event["match_id"], event["player_id"] = original["match_id"], original["player_id"]
             event["event_time"] = min(event["event_time"], original["ingested_at"])
             event["ingested_at"] = original["ingested_at"] + draw(
                 st.timedeltas(timedelta(0), timedelta(hours=20)))
         else:
-            event = draw(match_events(registry, players=players, start=start, end=end,
-                                      match_id=f"{draw(st.sampled_from(matches))}{number}"))
+            match_id = f"{draw(st.sampled_from(matches))}{number}"
+            if direct and draw(st.integers(0, 3)) == 0:
+                event = draw(direct_scores(draw(st.sampled_from(direct)), players=players,
+                                           start=start, end=end, match_id=match_id))
+            else:
+                event = draw(match_events(registry, players=players, start=start, end=end,
+                                          match_id=match_id))
             late = draw(st.sampled_from([timedelta(minutes=5), timedelta(hours=3),
                                          timedelta(days=2), timedelta(days=9)]))
             event["ingested_at"] = event["event_time"] + draw(

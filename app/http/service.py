@@ -88,8 +88,10 @@ class Service:
                            windows=list(found.windows)) from None
         return found
 
-    def ingest(self, table: pa.Table, unparseable: pa.Table, server_id: str) -> IngestReport:
-        """Validate, land and fold one request's rows (one request at a time per process)."""
+    def ingest(self, table: pa.Table, unparseable: pa.Table, server_id: str, *,
+               board: Board | None = None) -> IngestReport:
+        """Validate, land and fold one request's rows (one request at a time per process);
+        with `board`, scores submitted to that direct board."""
         with self._ingest_lock:
             if self._writer is None:
                 self._writer = open_writer(self.settings.lake_dir, self.config.writer)
@@ -100,7 +102,7 @@ class Service:
                 stamped = time.perf_counter()
                 report = Ingestor(self.registry, self._writer, self.speed).ingest(
                     table, now=self.settings.now(), source=f"http:{server_id}",
-                    unparseable=unparseable, row_reasons=True)
+                    unparseable=unparseable, row_reasons=True, board=board)
             except StateLost as exc:
                 self.state_lost()
                 raise ApiError(503, "speed_state_lost",
@@ -118,6 +120,13 @@ class Service:
             elif report.files:
                 self.metrics.visibility.observe(time.perf_counter() - stamped)
             return report
+
+    def quarantine(self, rows: pa.Table) -> None:
+        """Keep refused rows (quarantine form, without ingested_at) with their reasons."""
+        with self._ingest_lock:
+            if self._writer is None:
+                self._writer = open_writer(self.settings.lake_dir, self.config.writer)
+            self._writer.quarantine(rows, self.settings.now())
 
     def state_lost(self) -> None:
         """The speed state lost its past (Redis lost its data): rebuild it from the lake in

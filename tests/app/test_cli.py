@@ -395,3 +395,40 @@ def test_help_lists_every_command(capsys):
         main(["--help"])
     assert exited.value.code == 0
     assert "percentiles" in capsys.readouterr().out
+
+
+# -- direct boards (issue 12 part 2) --------------------------------------------------------
+
+def test_score_submit_sets_a_best_lap_once_and_reads_back_merged(served, capsys):
+    """`leaderboard score submit`: the door drops the retry, the best lap shows at once in
+    the merged reads, a worse one leaves it; across the batch it stays."""
+    code, first = run_json(capsys, "score", "submit", "best-lap", "alice", "65000",
+                           "--match", "race-1")
+    assert (code, first["accepted"], first["retry"], first["folded"]) == (0, True, False, True)
+    code, again = run_json(capsys, "score", "submit", "best-lap", "alice", "64000",
+                           "--match", "race-1")
+    assert (code, again["accepted"], again["retry"]) == (0, False, True)
+    assert main(["score", "submit", "best-lap", "bob", "61000", "--match", "race-1"]) == 0
+    assert "accepted" in capsys.readouterr().out
+    code, top = run_json(capsys, "top", "best-lap", "--window", "weekly")
+    assert [(e["player_id"], e["score"], e["rank"]) for e in top["entries"]] == [
+        ("bob", 61000, 1), ("alice", 65000, 2)]
+    code, rank = run_json(capsys, "rank", "global", "alice")
+    assert rank["score"] == 10, "a lap counts on no match-event board"
+    assert main(["--now", "2026-12-02T01:00:00Z", "batch", "--as-of", "2026-12-01"]) == 0
+    capsys.readouterr()
+    code, top = run_json(capsys, "--now", "2026-12-02T01:00:00Z", "top", "best-lap")
+    assert [(e["player_id"], e["score"]) for e in top["entries"]] == [
+        ("bob", 61000), ("alice", 65000)]
+
+
+@pytest.mark.parametrize(("argv", "code", "says"), [
+    (["best-lap", "alice", "0", "--match", "r"], 1, "score 0 outside [1, 1000000]"),
+    (["global", "alice", "5", "--match", "r"], 2, "fed by match events"),
+    (["nope", "alice", "5", "--match", "r"], 2, "unknown board 'nope'"),
+    (["best-lap", "a b", "5", "--match", "r"], 2, "player id 'a b'"),
+])
+def test_a_refused_score_exits_nonzero_and_says_why(data, capsys, argv, code, says):
+    assert main(["score", "submit", *argv]) == code
+    assert says in capsys.readouterr().err
+    assert not [r for r in landed_rows(data) if r["board"]]

@@ -125,10 +125,19 @@ def test_clean_season_lands_every_event(clean_season: tuple[GenerateReport, Path
     assert report.duplicates == report.late == report.malformed == 0
     assert report.quarantine_files == 0
     assert report.reasons == {}
-    landed = _all(lake)
-    assert landed.schema.equals(LANDED_SCHEMA, check_metadata=False)
+    every = _all(lake)
+    assert every.schema.equals(LANDED_SCHEMA, check_metadata=False)
+    landed = every.filter(pc.is_null(every["board"]))
     assert landed.num_rows == report.events
     assert report.files == len(landed_files(lake))
+    # Laps for the default registry's direct board, by the season's players, in bounds.
+    laps = every.filter(pc.is_valid(every["board"]))
+    assert laps.num_rows == report.scores == CLEAN.days * CLEAN.events_per_day // 50
+    assert set(laps["board"].to_pylist()) == {"best-lap"}
+    assert set(laps["region"].to_pylist()) == set(laps["mode"].to_pylist()) == {""}
+    assert {p[:1] + str(len(p)) for p in laps["player_id"].to_pylist()} == {"p8"}
+    assert max(int(p[1:]) for p in laps["player_id"].to_pylist()) < CLEAN.players
+    assert 1 <= pc.min(laps["points"]).as_py() <= pc.max(laps["points"]).as_py() <= 1_000_000
     identities = pc.binary_join_element_wise(landed["match_id"], landed["player_id"], "|")
     assert len(pc.unique(identities)) == report.events
 
@@ -164,6 +173,7 @@ def test_malformed_rows_all_end_in_quarantine(dirty_season: tuple[GenerateReport
 def test_retries_are_exact_copies_landing_later(dirty_season: tuple[GenerateReport, Path]) -> None:
     report, lake = dirty_season
     landed = _all(lake)
+    landed = landed.filter(pc.is_null(landed["board"]))  # match events (not laps)
     keys = pc.binary_join_element_wise(landed["match_id"], landed["player_id"], "|")
     counts = pc.value_counts(keys)
     repeated = counts.filter(pc.greater(counts.field("counts"), 1))

@@ -810,3 +810,79 @@ def test_serve_follows_the_local_server_after_a_crash(published, tmp_path):
         server.terminate()
         server.wait(15)
         stop_local_server(data)
+
+
+# -- direct boards (issue 12 part 2) --------------------------------------------------------
+
+def _score(world, board: str, body, *, key: str | None = KEY_EU):
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    return world.client.post(f"/v1/boards/{board}/scores", content=json.dumps(body).encode(),
+                             headers=headers)
+
+
+def test_a_direct_score_is_idempotent_and_visible_at_once(world):
+    """The seeds' shape: a player's best lap set by POST, read back at once (merged), a
+    retry counted once, a worse lap leaving the best, and no match event on the board."""
+    lap = {"player_id": "p001", "match_id": "race-1", "score": 65_000,
+           "event_time": "2026-12-01T17:00:00Z"}
+    first = _score(world, "best-lap", lap)
+    assert first.status_code == 200, first.text
+    assert first.json() | {} == {"board": "best-lap", "player_id": "p001", "match_id": "race-1",
+                                 "score": 65_000, "accepted": True, "retry": False,
+                                 "folded": True}
+    player = world.client.get("/v1/boards/best-lap/players/p001", params={"window": "weekly"})
+    assert (player.json()["score"], player.json()["rank"]) == (65_000, 1)
+    again = _score(world, "best-lap", lap)
+    assert again.status_code == 200
+    assert again.json()["retry"] is True
+    assert not again.json()["accepted"]
+    _score(world, "best-lap", {**lap, "player_id": "p002", "score": 70_000})
+    _score(world, "best-lap", {**lap, "match_id": "race-2", "score": 61_000})
+    _score(world, "best-lap", {**lap, "match_id": "race-3", "score": 99_000})
+    _post(world, [dict(EVENT, match_id="race-1", player_id="p003")])  # a match event
+    top = world.client.get("/v1/boards/best-lap/top", params={"window": "all-time"}).json()
+    assert [(e["player_id"], e["score"], e["rank"]) for e in top["entries"]] == [
+        ("p001", 61_000, 1), ("p002", 70_000, 2)]
+    # The direct score counted on no match-event board: p001's global score is unchanged.
+    before = world.boards.player("global", "p003")["score"]
+    assert world.client.get("/v1/boards/global/players/p003").json()["score"] == before
+    landed = [r for r in _lake_rows(world.lake) if r["board"] == "best-lap"]
+    assert sorted((r["match_id"], r["player_id"], r["points"], r["region"]) for r in landed) == [
+        ("race-1", "p001", 65_000, ""), ("race-1", "p002", 70_000, ""),
+        ("race-2", "p001", 61_000, ""), ("race-3", "p001", 99_000, "")]
+
+
+@pytest.mark.parametrize(("board", "body", "status", "error", "says"), [
+    ("best-lap", {"player_id": "p1", "match_id": "r", "delta": 5}, 422, "score_expected",
+     "send `score`, not `delta`"),
+    ("best-lap", {"player_id": "p1", "match_id": "r", "score": 5, "delta": 5}, 422,
+     "score_and_delta", "not both"),
+    ("best-lap", {"player_id": "p1", "match_id": "r"}, 422, "missing_field", "score"),
+    ("best-lap", {"player_id": "p1", "match_id": "r", "score": "5"}, 422, "bad_type",
+     "JSON integer"),
+    ("best-lap", {"player_id": "p1", "match_id": "r", "score": 0}, 422,
+     "points_out_of_bounds", "score 0 outside [1, 1000000] of board best-lap"),
+    ("best-lap", {"player_id": "p 1", "match_id": "r", "score": 5}, 422, "bad_player_id",
+     "player_id"),
+    ("best-lap", {"player_id": "p1", "match_id": "r", "score": 5,
+                  "event_time": "2026-12-02T00:00:00Z"}, 422, "event_time_in_future",
+     "ahead of the landing clock"),
+    ("best-lap", [1], 422, "bad_score", "one JSON object"),
+    ("global", {"player_id": "p1", "match_id": "r", "score": 5}, 409, "not_a_direct_board",
+     "POST /v1/events"),
+    ("nope", {"player_id": "p1", "match_id": "r", "score": 5}, 404, "unknown_board", "nope"),
+])
+def test_a_refused_score_says_why(world, board, body, status, error, says):
+    answer = _score(world, board, body)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["error"] == error
+    assert says in answer.json()["message"]
+    if status == 422:  # kept with its reason, as a refused event row is
+        assert [r["reason"] for r in _lake_rows(world.lake, "quarantine")] == [error]
+    assert not [r for r in _lake_rows(world.lake) if r["board"]]
+
+
+def test_a_score_needs_the_server_credential(world):
+    body = {"player_id": "p1", "match_id": "r", "score": 5}
+    assert _score(world, "best-lap", body, key=None).status_code == 401
+    assert _score(world, "best-lap", body, key="wrong").status_code == 403

@@ -107,6 +107,10 @@ def test_every_operation_keeps_the_contract(contract_app):
             {"include-path": "/v1/events",
              "checks": {"positive_data_acceptance": {"expected-statuses": [*_ACCEPTED, 422]},
                         "negative_data_rejection": {"expected-statuses": [*_REFUSED, 413]}}},
+            # A score's field depends on its board's aggregation (`delta` to a min board is
+            # 422 score_expected), and its event time is judged as an event's.
+            {"include-path": "/v1/boards/{board}/scores",
+             "checks": {"positive_data_acceptance": {"expected-statuses": [*_ACCEPTED, 422]}}},
             {"include-path": "/v1/boards/{board}/top",
              "checks": {"positive_data_acceptance": {"expected-statuses": [*_ACCEPTED, 400]}}},
             {"include-path": "/v1/boards/{board}/players/{player_id}/history",

@@ -58,6 +58,12 @@ PARITY = {
          "windows": ["daily", "weekly", "all-time"], "grace": "2h"},
         {"scope": "region:na", "name": "fewest-na", "order": "asc", "ties": "earliest",
          "windows": ["daily", "monthly", "season", "all-time"]},
+        # Direct boards (scores submitted to them; the generated season has some of each).
+        {"name": "best-lap", "source": "direct", "aggregation": "min", "order": "asc",
+         "ties": "earliest", "windows": ["daily", "weekly", "all-time"], "min_points": 1,
+         "max_points": 100000},
+        {"name": "coins", "source": "direct", "windows": ["daily", "all-time"],
+         "min_points": -5, "max_points": 50},
     ],
 }
 START = date(2026, 11, 26)
@@ -244,11 +250,29 @@ def test_generated_season_in_full_then_incrementally(season, tmp_path):
         "region": ["na", "eu", "asia", "na", "eu", "asia"], "mode": ["ranked"] * 6,
         "server_id": ["import"] * 6})
     landed_at = datetime.combine(first_day + timedelta(days=2), time(6), UTC)
+    # Direct scores landed late (issue 12 part 2): a re-delivery, with the best lap there
+    # can be, of a lap an earlier run absorbed (the incremental dedupe drops it: a score's
+    # identity is (board, match_id, player_id)), and a lap sharing a match event's match id
+    # and player (another identity: it counts).
+    rows = pa.concat_tables(pq.read_table(f.path) for f in landed_files(base / "lake"))
+    absorbed = rows.filter(pc.equal(rows["board"], "best-lap")).slice(0, 1).to_pylist()[0]
+    event = rows.filter(pc.is_null(rows["board"])).slice(0, 1).to_pylist()[0]
+    laps = pa.table({
+        "match_id": [absorbed["match_id"], event["match_id"]],
+        "player_id": [absorbed["player_id"], event["player_id"]],
+        "points": pa.array([1, 2], pa.int64()),
+        "event_time": pa.array([absorbed["event_time"], landed_at - timedelta(hours=1)],
+                               pa.timestamp("us", tz="UTC")),
+        "server_id": ["laps"] * 2})
+    registry = parse_registry(PARITY, source="test")
     for data in (duck, spark):
         with LandingWriter(data / "lake", "history") as writer:
-            report = Ingestor(parse_registry(PARITY, source="test"), writer).ingest(
+            report = Ingestor(registry, writer).ingest(
                 history, now=landed_at, source="history", backfill=True)
-        assert report.accepted == 6
+            assert report.accepted == 6
+            report = Ingestor(registry, writer).ingest(laps, now=landed_at, source="laps",
+                                                       board=registry.board("best-lap"))
+            assert report.accepted == 2
     # Same bans as the run before: only the windows of changed dates are rebuilt.
     want, _, published = _run_both(duck, spark, config, first_day + timedelta(days=2))
     daily = published.standings[("global", f"daily:{START.isoformat()}")]
@@ -257,7 +281,13 @@ def test_generated_season_in_full_then_incrementally(season, tmp_path):
     assert want.windows_built < rebuilt_all
     # the board kinds the registry promises are all there, ties and asc orders included
     boards = {board for board, _ in published.entries}
-    assert {"global", "best", "low:ranked", "latest:casual", "fewest-na", "region:asia"} <= boards
+    assert {"global", "best", "low:ranked", "latest:casual", "fewest-na", "region:asia",
+            "best-lap", "coins"} <= boards
+    best = published.standings[("best-lap", "all-time")]
+    assert best.slice(0, 1).select(["player_id", "score"]).to_pylist() == [
+        {"player_id": event["player_id"], "score": 2}]
+    assert 1 not in best.column("score").to_pylist(), "the re-delivered lap is not counted"
+    assert published.standings[("coins", "all-time")].num_rows > 0
 
 
 # -- (b) the real football results, backfilled -----------------------------------------------

@@ -37,7 +37,11 @@ def test_views_answer_the_readme_queries(published_lake):
         names = {r[0] for r in con.execute(
             "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
         assert {"events", "rollups", "standings", "standings_current", "histograms"} <= names
-        assert con.execute("SELECT count(*) FROM boards").fetchall()[0][0] == 8
+        assert con.execute("SELECT count(*) FROM boards").fetchall()[0][0] == 9
+        assert con.execute("SELECT board FROM boards WHERE source = 'direct'").fetchall() == [
+            ("best-lap",)]
+        assert con.execute("SELECT count(*) FROM events WHERE board IS NOT NULL").fetchall() \
+            == [(0,)], "the events view has the board column (null for match events)"
         days = [r[0] for r in con.execute(
             "SELECT DISTINCT as_of FROM standings ORDER BY 1").fetchall()]
         assert days == [date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)]

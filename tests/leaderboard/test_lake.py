@@ -23,7 +23,13 @@ from leaderboard.lake import (
     landed_files,
     parse_landed_name,
 )
-from leaderboard.schema import EVENT_SCHEMA, LANDED_SCHEMA, QUARANTINE_SCHEMA, as_landed
+from leaderboard.schema import (
+    EVENT_SCHEMA,
+    LANDED_SCHEMA,
+    QUARANTINE_SCHEMA,
+    as_landed,
+    identity_match_ids,
+)
 from leaderboard.validation import validate_events
 
 
@@ -313,8 +319,9 @@ def test_a_landed_file(lake):
     assert table.column("match_id").to_pylist() == ["a", "b", "c"], "sorted by event_time"
     assert table.column("ingested_at").to_pylist() == [FIXED_NOW] * 3
     assert table.column("backfill").to_pylist() == [False] * 3
-    assert table.drop_columns(["ingested_at", "backfill"]).sort_by("match_id").to_pylist() == \
-        events.sort_by("match_id").to_pylist()
+    assert table.column("board").to_pylist() == [None] * 3, "match events, no direct board"
+    assert table.drop_columns(["ingested_at", "backfill", "board"]).sort_by(
+        "match_id").to_pylist() == events.sort_by("match_id").to_pylist()
     metadata = pq.ParquetFile(landed.path).metadata
     assert all(metadata.row_group(g).column(c).compression == "ZSTD"
                for g in range(metadata.num_row_groups) for c in range(metadata.num_columns))
@@ -395,9 +402,21 @@ def test_a_large_landing_is_chunked_in_one_partition(lake, monkeypatch):
 
 def test_a_file_from_before_the_backfill_column_reads_as_live(lake):
     [landed] = _backfill(lake)
-    old = pq.read_table(landed.path).drop_columns(["backfill"])
+    old = pq.read_table(landed.path).drop_columns(["backfill", "board"])
     assert as_landed(old).column("backfill").to_pylist() == [False] * 5
+    assert as_landed(old).column("board").to_pylist() == [None] * 5, "match events"
     assert as_landed(old).schema.equals(LANDED_SCHEMA)
+
+
+def test_identity_of_a_direct_score_names_its_board():
+    """A direct score's identity is (board, match_id, player_id): it never equals a match
+    event's (match_id, player_id), nor another board's score of the same match."""
+    table = pa.table({"match_id": ["m1", "m1", "m1", "m1"],
+                      "board": [None, "best-lap", "coins", None]})
+    ids = identity_match_ids(table).to_pylist()
+    assert ids[0] == ids[3] == "m1"
+    assert len(set(ids)) == 3
+    assert identity_match_ids(table.drop_columns(["board"])).to_pylist() == ["m1"] * 4
 
 
 # -- quarantine ----------------------------------------------------------------------------

@@ -34,14 +34,20 @@ DEFAULT_BOARDS = ["global", "region:na", "region:eu", "region:sa", "region:asia"
 def test_default_registry_shape(registry):
     assert registry.regions == ("na", "eu", "sa", "asia")
     assert registry.modes == ("ranked", "casual", "tournament")
-    assert [b.name for b in registry.boards] == DEFAULT_BOARDS
-    for board in registry.boards:
+    assert [b.name for b in registry.boards] == [*DEFAULT_BOARDS, "best-lap"]
+    lap = registry.board("best-lap")
+    assert (lap.source, lap.scope, lap.scope_key, lap.windows) == (
+        "direct", "board", "board:best-lap", ("weekly", "all-time"))
+    assert (lap.aggregation, lap.order, lap.ties) == ("min", "asc", "earliest")
+    assert not registry.boards_for("na", "ranked").count(lap), "never fed by match events"
+    events = [b for b in registry.boards if not b.direct]
+    for board in events:
         assert board.windows == WINDOW_KINDS == ("daily", "weekly", "monthly", "season",
                                                  "all-time")
         assert (board.aggregation, board.order, board.ties) == ("sum", "desc", "shared")
         assert (board.min_points, board.max_points) == (0, 1000)
         assert board.grace == timedelta(days=7)
-    assert [(b.scope, b.scope_value) for b in registry.boards] == [
+    assert [(b.scope, b.scope_value) for b in events] == [
         ("global", None), ("region", "na"), ("region", "eu"), ("region", "sa"),
         ("region", "asia"), ("mode", "ranked"), ("mode", "casual"), ("mode", "tournament")]
     assert registry.future_skew == timedelta(minutes=5)
@@ -192,6 +198,16 @@ BAD_REGISTRIES: list[tuple[str, Callable[[dict[str, Any]], None], list[str]]] = 
      ["`boards[0].scope`", "missing"]),
     ("duplicate board names", lambda raw: raw["boards"].append({"scope": "global"}),
      ["'global' twice"]),
+    ("unknown source", _board(0, source="kafka"), ["`boards[0].source`", "events, direct"]),
+    ("direct board with a scope", _board(0, source="direct", name="laps"),
+     ["`boards[0].scope`", "not for a direct board"]),
+    ("direct board without a name",
+     lambda raw: raw["boards"].append({"source": "direct"}), [".name`", "required"]),
+    ("direct board named like an event board",
+     lambda raw: raw["boards"].append({"source": "direct", "name": "global"}),
+     ["'global' twice"]),
+    ("source in board_defaults", _set("board_defaults", source="direct"),
+     ["`board_defaults.source`"]),
     ("duplicate by explicit name",
      lambda raw: raw["boards"].append({"scope": "region:eu", "name": "mode:ranked"}),
      ["'mode:ranked' twice"]),

@@ -5,6 +5,8 @@ Written from docs/design.md sections 3 to 6, independently of the product: it im
 leaderboard/, jobs/, speed_layer/ or serving/ (no calendar, sort-key codec, fold or validation
 code), and counts in plain Python over the events the test saw accepted. Windows are the
 `daily` and `all-time` kinds only; a board is (scope, aggregation, tie policy, grace, windows).
+A direct board (scope `board:<name>`, docs/design.md section 3) counts only the scores
+submitted to it; its scores count nowhere else; a score's identity is (board, match, player).
 
 Exceptions docs/design.md allows, stated here and nowhere else:
 
@@ -33,13 +35,15 @@ ALL_TIME = "all-time"
 @dataclass(frozen=True)
 class BoardSpec:
     name: str
-    scope: str  # "global", "region:<r>" or "mode:<m>"
+    scope: str  # "global", "region:<r>", "mode:<m>", or "board:<name>" (a direct board)
     aggregation: str  # sum | max | last (desc order)
     ties: str  # shared | earliest
     grace: timedelta
     windows: tuple[str, ...]
 
     def applies(self, event: Event) -> bool:
+        if self.scope.startswith("board:") or event.board is not None:
+            return self.scope == f"board:{event.board}"
         if self.scope == "global":
             return True
         kind, _, value = self.scope.partition(":")
@@ -58,10 +62,12 @@ class Event:
     backfill: bool = False
     #: landing order across the test (ties on ingested_at: the earlier landing wins)
     order: int = 0
+    #: the direct board a score was submitted to (None: a match event)
+    board: str | None = None
 
     @property
-    def identity(self) -> tuple[str, str]:
-        return (self.match_id, self.player_id)
+    def identity(self) -> tuple[str, str, str]:
+        return (self.match_id, self.player_id, self.board or "")
 
 
 @dataclass(frozen=True)
@@ -118,14 +124,14 @@ class Model:
                 latest[player] = rank
         return {p for p, (_at, _u, action) in latest.items() if action == "ban"}
 
-    def first_accepted(self) -> dict[tuple[str, str], Event]:
+    def first_accepted(self) -> dict[tuple[str, str, str], Event]:
         """The first landed copy of each identity (earliest ingested_at, then landing)."""
-        found: dict[tuple[str, str], Event] = {}
+        found: dict[tuple[str, str, str], Event] = {}
         for event in sorted(self.landed, key=lambda e: (e.ingested_at, e.order)):
             found.setdefault(event.identity, event)
         return found
 
-    def accepted_at(self, identity: tuple[str, str]) -> datetime | None:
+    def accepted_at(self, identity: tuple[str, str, str]) -> datetime | None:
         first = self.first_accepted().get(identity)
         return None if first is None else first.ingested_at
 
@@ -203,7 +209,7 @@ class Model:
         events = [e for e in firsts if e.player_id not in back]
         if back:
             assert self.watermark is not None
-            since: dict[tuple[str, str], Event] = {}
+            since: dict[tuple[str, str, str], Event] = {}
             for event in sorted(self.landed, key=lambda e: (e.ingested_at, e.order)):
                 if event.player_id in back and event.ingested_at >= self.watermark:
                     since.setdefault(event.identity, event)

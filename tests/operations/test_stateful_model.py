@@ -80,6 +80,8 @@ REGISTRY_RAW: dict[str, Any] = {
         {"scope": "global", "name": "best", "aggregation": "max", "ties": "earliest"},
         {"scope": "mode:ranked", "name": "latest", "aggregation": "last",
          "windows": ["all-time"]},
+        # A direct board (issue 12 part 2): fed only by submitted deltas.
+        {"name": "coins", "source": "direct", "windows": ["all-time"]},
     ],
 }
 BOARDS = (
@@ -88,6 +90,7 @@ BOARDS = (
               ("daily", "all-time")),
     BoardSpec("best", "global", "max", "earliest", timedelta(hours=6), ("daily", "all-time")),
     BoardSpec("latest", "mode:ranked", "last", "shared", timedelta(hours=6), ("all-time",)),
+    BoardSpec("coins", "board:coins", "sum", "shared", timedelta(hours=6), ("all-time",)),
 )
 PLAYERS = ("ann", "bob", "cy", "dee", "eve")
 HORIZON = timedelta(hours=6)
@@ -107,7 +110,7 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
         "player_id": [r["player_id"] for r in rows],
         "points": pa.array([r["points"] for r in rows], pa.int64()),
         "event_time": pa.array([r["event_time"] for r in rows], TIMESTAMP),
-        "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
+        "region": [r.get("region", "") for r in rows], "mode": [r.get("mode", "") for r in rows],
         "server_id": ["s1"] * len(rows)})
 
 
@@ -179,10 +182,15 @@ class OperationsMachine(RuleBasedStateMachine):
     def _landed(self, rows: list[dict[str, Any]], *, backfill: bool = False) -> None:
         for row in rows:
             self.model.land(Event(row["match_id"], row["player_id"], row["points"],
-                                  row["event_time"], row["region"], row["mode"], self.now,
-                                  backfill, order=len(self.model.landed)))
+                                  row["event_time"], row.get("region", ""),
+                                  row.get("mode", ""), self.now, backfill,
+                                  order=len(self.model.landed), board=row.get("board")))
 
     def _ingest(self, writer: str, rows: list[dict[str, Any]], **kwargs: Any) -> Any:
+        """Match events, or (rows with a `board`, all of one board) submitted scores."""
+        board = rows[0].get("board") if rows else None
+        if board is not None:
+            kwargs["board"] = self.registry.board(board)
         return self.writers[writer].ingestor.ingest(_table(rows), now=self.now, source="test",
                                                     **kwargs)
 
@@ -190,7 +198,7 @@ class OperationsMachine(RuleBasedStateMachine):
                            older_than: timedelta | None = None) -> list[Event]:
         """First accepted copies, by the age of the identity's latest landing (what the door
         remembers: at least one horizon, at most two)."""
-        latest: dict[tuple[str, str], datetime] = {}
+        latest: dict[tuple[str, str, str], datetime] = {}
         for event in self.model.landed:
             latest[event.identity] = max(latest.get(event.identity, event.ingested_at),
                                          event.ingested_at)
@@ -225,10 +233,31 @@ class OperationsMachine(RuleBasedStateMachine):
         event = data.draw(st.sampled_from(self._accepted_recently(newer_than=HORIZON)))
         row = {"match_id": event.match_id, "player_id": event.player_id,
                "points": event.points + (0 if not changed else 1 if event.points < 20 else -1),
-               "region": event.region,
+               "region": event.region, "board": event.board,
                "mode": event.mode, "event_time": event.event_time}
         report = self._ingest(writer, [row])
         assert (report.accepted, report.retries) == (0, 1), report.as_dict()
+
+    @rule(writer=st.sampled_from(["a", "b"]),
+          deltas=st.lists(st.tuples(st.sampled_from(PLAYERS), st.sampled_from([0, 3, -2, 20])),
+                          min_size=1, max_size=3, unique_by=lambda d: d[0]),
+          age_minutes=st.sampled_from([0, 90, 8 * 60]))
+    def submit_scores(self, writer: str, deltas: list[tuple[str, int]],
+                      age_minutes: int) -> None:
+        """Deltas submitted to the direct board `coins` under the latest match's id: another
+        identity than that match's events (board, match, player), counted on `coins` only."""
+        STATS["submit_scores"] += 1
+        match_id = f"m{max(self.matches, 1)}"
+        rows = [{"match_id": match_id, "player_id": player, "points": delta, "board": "coins",
+                 "event_time": self.now - timedelta(minutes=age_minutes)}
+                for player, delta in deltas
+                if (match_id, player, "coins") not in self.model.first_accepted()]
+        if not rows:
+            return
+        report = self._ingest(writer, rows)
+        assert (report.accepted, report.retries, report.rejected) == (len(rows), 0, 0), \
+            report.as_dict()
+        self._landed(rows)
 
     @precondition(lambda self: "door-race" not in KNOWN_DEFECTS)
     @rule(matches=operations_events(PLAYERS))
@@ -303,7 +332,8 @@ class OperationsMachine(RuleBasedStateMachine):
         event = data.draw(st.sampled_from([e for e in self._accepted_recently(
             older_than=2 * HORIZON + timedelta(hours=1)) if e.points == 0]))
         row = {"match_id": event.match_id, "player_id": event.player_id, "points": 0,
-               "region": event.region, "mode": event.mode, "event_time": event.event_time}
+               "region": event.region, "mode": event.mode, "event_time": event.event_time,
+               "board": event.board}
         report = self._ingest(writer, [row])
         assert report.accepted == 1, report.as_dict()
         self._landed([row])

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from lakes import EXOTIC, registry_from, write_registry
+from lakes import EXOTIC, land, registry_from, write_registry
 from oracle import reference_standings
 from plain_oracle import plain_standings
 from strategies import lambda_worlds, limit_registry_raws, limit_worlds
@@ -24,7 +24,6 @@ from leaderboard.bans import write_tombstone
 from leaderboard.lake import LandingWriter
 from leaderboard.manifest import read_current
 from leaderboard.registry import load_registry
-from leaderboard.schema import TIMESTAMP
 from leaderboard.settings import Settings
 from serving.percentiles import keys_at
 from serving.service import Leaderboards
@@ -37,23 +36,7 @@ REGISTRIES = {"default": load_registry(), "exotic": registry_from(EXOTIC)}
 
 
 def _ingest(speed: SpeedLayer, lake: Path, registry, events: list[dict]) -> None:
-    slots: dict[datetime, list[dict]] = {}
-    for event in events:
-        at = event["ingested_at"]
-        slot = at.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-        slots.setdefault(slot, []).append(event)
-    with LandingWriter(lake, "w") as writer:
-        ingestor = Ingestor(registry, writer, speed)
-        for slot in sorted(slots):
-            rows = slots[slot]
-            table = pa.table({
-                "match_id": [r["match_id"] for r in rows],
-                "player_id": [r["player_id"] for r in rows],
-                "points": pa.array([r["points"] for r in rows], pa.int64()),
-                "event_time": pa.array([r["event_time"] for r in rows], TIMESTAMP),
-                "region": [r["region"] for r in rows], "mode": [r["mode"] for r in rows],
-                "server_id": [r["server_id"] for r in rows]})
-            ingestor.ingest(table, now=slot, source="t")
+    land(lake, registry, events, writer="w", speed=speed)
 
 
 _PERCENTS = [Decimal(y) for y in ("0.5", "1", "10", "33", "34", "50", "66.7", "99", "100")]
@@ -176,6 +159,13 @@ def _event(match: str, player: str, points: int, at: datetime, landed: datetime,
 
 _T = datetime(2026, 11, 25, 12, tzinfo=UTC)
 
+
+def _score(board: str, match: str, player: str, points: int, at: datetime,
+           landed: datetime) -> dict:
+    """A score submitted to direct board `board`."""
+    return {"match_id": match, "player_id": player, "points": points, "event_time": at,
+            "board": board, "server_id": "s1", "ingested_at": landed}
+
 #: Worlds hypothesis once found failing, kept as plain regressions.
 FOUND = {
     # `last` board: the base's event is the latest; two later files of older events must
@@ -210,6 +200,31 @@ FOUND = {
         "bans": [("p", "unban", datetime(2026, 12, 5, tzinfo=UTC)),
                  ("p", "ban", datetime(2026, 12, 5, tzinfo=UTC))],
         "as_of": date(2026, 12, 3), "players": ["p", "q"]}),
+    # Issue 12 part 2: a direct board's scores beside match events with the same match id
+    # (distinct identities), a best lap improved after the watermark, a retry within the
+    # horizon with another value (the first counts), an equal lap set later (ranks after).
+    "direct-best-lap": ("default", {
+        "events": [_event("m1", "p", 5, _T, _T + timedelta(minutes=1)),
+                   _score("best-lap", "m1", "p", 65_000, _T, _T + timedelta(minutes=2)),
+                   _score("best-lap", "m1", "q", 64_000, _T, _T + timedelta(minutes=2)),
+                   _score("best-lap", "m2", "p", 60_000, _T + timedelta(days=7),
+                          _T + timedelta(days=7)),
+                   _score("best-lap", "m2", "p", 1, _T + timedelta(days=7),
+                          _T + timedelta(days=7, hours=2)),
+                   _score("best-lap", "m3", "q", 60_000, _T + timedelta(days=7, hours=1),
+                          _T + timedelta(days=7, hours=1))],
+        "bans": [], "as_of": date(2026, 11, 30), "players": ["p", "q"]}),
+    # A direct `sum` board: deltas of both signs across the watermark, a banned player.
+    "direct-deltas": ("exotic", {
+        "events": [_event("m1", "p", 5, _T, _T + timedelta(minutes=1)),
+                   _score("coins", "m1", "p", 20, _T, _T + timedelta(minutes=1)),
+                   _score("coins", "m2", "p", -5, _T + timedelta(days=6),
+                          _T + timedelta(days=6)),
+                   _score("coins", "m1", "q", 3, _T + timedelta(days=6),
+                          _T + timedelta(days=6)),
+                   _score("coins", "m9", "r", 7, _T, _T)],
+        "bans": [("r", "ban", _T + timedelta(days=7))], "as_of": date(2026, 11, 29),
+        "players": ["p", "q", "r"]}),
 }
 
 
