@@ -202,6 +202,8 @@ def _import_profiles(args: argparse.Namespace, settings: Any) -> int:
         player = row.get("player_id")
         fields = {k: v for k, v in row.items() if k != "player_id"}
         problem = id_problem(player) if isinstance(player, str) else "player_id is missing"
+        if None in row:  # csv.DictReader keys a row's cells past its header by None
+            problem = "the row has more cells than the header has columns"
         if problem is None and isinstance(player, str):
             try:
                 good.append(parse_profile(player, fields))

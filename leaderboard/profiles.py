@@ -139,8 +139,9 @@ def parse_profile(player_id: str, fields: dict[str, Any]) -> Profile:
     optional, null or absent clearing them). Raises ProfileError naming what is wrong."""
     unknown = set(fields) - {"display_name", "country", "avatar_url"}
     if unknown:
-        raise ProfileError("invalid_profile", f"unknown field {sorted(unknown)[0]!r}; a profile "
-                                              "has display_name, country and avatar_url")
+        raise ProfileError("invalid_profile", f"unknown field `{min(map(str, unknown))}`; a "
+                                              "profile has display_name, country and "
+                                              "avatar_url")
     if fields.get("display_name") is None:
         raise ProfileError("invalid_display_name", "display_name is required (1-32 printable "
                                                    "characters)")

@@ -206,6 +206,25 @@ def test_profile_import_lands_the_good_rows_in_one_file(served, capsys, tmp_path
     assert rank["display_name"] == "Alice A."
 
 
+def test_profile_import_names_a_bad_row_instead_of_crashing(served, capsys, tmp_path):
+    """A CSV row with more cells than its header (csv keys them by None) and an unknown
+    column are rejected by row with a plain message; before, sorting the None key beside a
+    column name raised TypeError out of the CLI."""
+    source = tmp_path / "ragged.csv"
+    source.write_text("player_id,display_name,nick\n"
+                      "alice,Alice,ace\n"
+                      "bob,Bob,b,extra cell\n")
+    code, answer = run_json(capsys, "profile", "import", str(source))
+    assert code == 0
+    assert answer["imported"] == 0
+    assert answer["rejected"] == [
+        {"row": 1, "player_id": "alice",
+         "problem": "unknown field `nick`; a profile has display_name, country and "
+                    "avatar_url"},
+        {"row": 2, "player_id": "bob",
+         "problem": "the row has more cells than the header has columns"}]
+
+
 def test_football_import_names_every_team(served, tmp_path, capsys, football_results):
     """The walkthrough's step: the results file gives each team id its readable name."""
     from app.football import team_profiles

@@ -53,7 +53,7 @@ def test_a_valid_profile_is_normalised_nfc():
     ({"display_name": "ann", "avatar_url": "https://[::1"}, "invalid_avatar_url", "with a host"),
     ({"display_name": "ann", "avatar_url": "https://a.example/\u00e9"}, "invalid_avatar_url",
      "percent-encode"),
-    ({"display_name": "ann", "nick": "x"}, "invalid_profile", "unknown field 'nick'"),
+    ({"display_name": "ann", "nick": "x"}, "invalid_profile", "unknown field `nick`"),
 ])
 def test_bad_fields_name_the_rule(fields, code, says):
     with pytest.raises(ProfileError) as raised:
