@@ -182,6 +182,9 @@ def _show_answers(settings: Settings, out: Console) -> None:
     out.print(render_around(boards.around("global", player, 3, "all-time"), player))
     weekly = boards.player("global", player, "weekly")
     out.print(render_rank(weekly))
+    for board in settings.registry.boards:
+        if board.direct:  # fed by score submissions (the generated laps), not by matches
+            out.print(render_top(boards.top(board.name, 5, "all-time")))
 
 
 

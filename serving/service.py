@@ -267,7 +267,8 @@ class Leaderboards:
                 windows.append({"kind": kind, "window": window.id,
                                 "next_reset": None if window.end is None
                                 else format_instant(window.end)})
-            result.append({"board": board.name, "aggregation": board.aggregation,
+            result.append({"board": board.name, "source": board.source,
+                           "aggregation": board.aggregation,
                            "order": board.order, "ties": board.ties, "windows": windows})
         return result
 

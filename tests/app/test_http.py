@@ -415,6 +415,9 @@ def test_boards(reader):
     daily = next(w for w in boards[0]["windows"] if w["kind"] == "daily")
     assert daily == {"kind": "daily", "window": "daily:2026-12-01",
                      "next_reset": "2026-12-02T00:00:00Z"}
+    # Which boards take scores (POST /v1/boards/{board}/scores) rather than match events.
+    assert {b["board"]: b["source"] for b in boards if b["source"] != "events"} == {
+        "best-lap": "direct"}
 
 
 @pytest.mark.parametrize("path_board", ["region:na", "region%3Ana"])
