@@ -25,6 +25,7 @@ import redis
 from lakes import land, random_stream
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from serve import serving
 
 from app.http import ApiKeys, HttpConfig, create_app
 from jobs.batch import run_batch
@@ -717,24 +718,10 @@ def test_config_errors_name_the_setting(tmp_path):
 def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
     data = tmp_path / "data"
     settings = _restore(published, redis_client, data)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEADERBOARD_")}
-    env.update(REDIS_URL=redis_server.url, LEADERBOARD_NOW=NOW,
-               LEADERBOARD_API_KEYS=str(_keys_file(tmp_path / "k.toml")))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "--data", str(data), "serve", "--port", str(port),
-         "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(f"{base}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(server.stdout.read().decode()) from None
-                time.sleep(0.2)
+    env = {"REDIS_URL": redis_server.url, "LEADERBOARD_NOW": NOW,
+           "LEADERBOARD_API_KEYS": str(_keys_file(tmp_path / "k.toml"))}
+    with serving(data, env) as base:
+        health = httpx.get(f"{base}/healthz", timeout=5)
         assert health.status_code == 200, health.text
         top = httpx.get(f"{base}/v1/boards/region:na/top", params={"n": 3}, timeout=5)
         assert top.status_code == 200
@@ -750,9 +737,6 @@ def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
             assert surrogate.status_code == 422, surrogate.text
             posted = http.post("/v1/events", json={"events": [EVENT]})
             assert posted.status_code == 200, posted.text
-    finally:
-        server.terminate()
-        server.wait(15)
     assert [r["server_id"] for r in _lake_rows(settings.lake_dir) if r["match_id"] == "h1"] == [
         "eu-1"]
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +17,8 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from serve import serving
 
-from leaderboard.redis_server import free_port
 from speed_layer.service import SpeedLayer
 
 pytestmark = [pytest.mark.redis, pytest.mark.browser, pytest.mark.slow]
@@ -64,30 +62,10 @@ def server(console_data, console_keys, redis_server, redis_client) -> Iterator[S
     """`leaderboard serve` (uvicorn) on a free port, the speed layer rebuilt in Redis."""
     SpeedLayer(redis_client, console_data.registry, console_data.lake_dir).rebuild(
         console_data.now())
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEADERBOARD_")}
-    env.update(REDIS_URL=redis_server.url, LEADERBOARD_NOW=console_keys.now,
-               LEADERBOARD_API_KEYS=str(console_keys.path), LEADERBOARD_TOP_TTL="1")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "--data", str(console_data.data_dir), "serve",
-         "--port", str(port), "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{base}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    assert process.stdout is not None
-                    raise AssertionError(process.stdout.read().decode()) from None
-                time.sleep(0.2)
+    env = {"REDIS_URL": redis_server.url, "LEADERBOARD_NOW": console_keys.now,
+           "LEADERBOARD_API_KEYS": str(console_keys.path), "LEADERBOARD_TOP_TTL": "1"}
+    with serving(console_data.data_dir, env) as base:
         yield SimpleNamespace(base=base, keys=console_keys, client=redis_client)
-    finally:
-        process.terminate()
-        process.wait(15)
 
 
 def _wait(driver, condition, timeout: float, what: str):

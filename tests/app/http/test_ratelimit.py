@@ -7,21 +7,17 @@ below do not depend on how fast the machine runs the test."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 import warnings
 from pathlib import Path
 
 import httpx
 import pyarrow.parquet as pq
 import pytest
+from serve import serving
 
 from app.http import ApiKeys, HttpConfig, create_app
 from app.http.ratelimit import admit, bucket_key
 from leaderboard.lake import landed_files
-from leaderboard.redis_server import free_port
 from leaderboard.settings import Settings, SettingsError
 
 with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is installed
@@ -127,31 +123,13 @@ def test_serve_with_two_workers_shares_one_bucket(tmp_path, redis_server, redis_
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps(KEYS))
     redis_client.delete(bucket_key("s1"))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEADERBOARD_")}
-    env.update(REDIS_URL=redis_server.url, LEADERBOARD_NOW=NOW, LEADERBOARD_API_KEYS=str(keys))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "--data", str(data), "serve", "--port", str(port),
-         "--workers", "2", "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{base}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(server.stdout.read().decode()) from None  # type: ignore[union-attr]
-                time.sleep(0.2)
+    env = {"REDIS_URL": redis_server.url, "LEADERBOARD_NOW": NOW,
+           "LEADERBOARD_API_KEYS": str(keys)}
+    with serving(data, env, "--workers", "2") as base:
         statuses = []
         for n in range(10):
             answer = httpx.post(f"{base}/v1/events", json={"events": [_event(n)]},
                                 headers={"X-API-Key": KEY, "Connection": "close"}, timeout=10)
             statuses.append(answer.status_code)
-    finally:
-        server.terminate()
-        server.wait(15)
     assert sorted(statuses) == [200] * 4 + [429] * 6, statuses
     assert len(_landed(data / "lake")) == 4
