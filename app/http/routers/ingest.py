@@ -62,11 +62,13 @@ EVENT_BODY_SCHEMA: dict[str, Any] = {"anyOf": [
 _TEXT_FIELDS = ("match_id", "player_id", "event_time", "region", "mode")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, advice: str | None = None) -> bytes:
+    """The body, refused 413 as soon as it is known to exceed `limit` bytes (by
+    Content-Length, else while streaming), so an oversized body is never read whole;
+    `advice` says what to send instead (default: an events batch's)."""
     declared = request.headers.get("content-length", "")
-    too_big = ApiError(413, "body_too_large",
-                       f"the body exceeds {limit:,} bytes; send at most {MAX_BATCH_ROWS:,} "
-                       "events per request in smaller batches")
+    too_big = ApiError(413, "body_too_large", f"the body exceeds {limit:,} bytes; " + (
+        advice or f"send at most {MAX_BATCH_ROWS:,} events per request in smaller batches"))
     if declared.isdigit() and int(declared) > limit:
         raise too_big
     chunks, size = [], 0

@@ -26,6 +26,7 @@ from app.http.auth import (
 )
 from app.http.errors import ApiError, documented
 from app.http.params import PlayerId, json_answer
+from app.http.routers.ingest import _read_body
 from app.http.service import Service, ServiceDep
 from leaderboard.profiles import (
     AVATAR_URL_MAX,
@@ -79,22 +80,6 @@ _ANSWER = {"content": {"application/json": {"schema": PROFILE_SCHEMA}}}
 
 #: A profile's body is small: a longer one is refused before it is read whole.
 MAX_PROFILE_BODY = 16_384
-
-
-async def _bounded_body(request: Request) -> bytes:
-    too_big = ApiError(413, "body_too_large", f"a profile body is at most {MAX_PROFILE_BODY:,} "
-                                              "bytes: send display_name, country and "
-                                              "avatar_url only")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_PROFILE_BODY:
-        raise too_big
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_PROFILE_BODY:
-            raise too_big
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _fields(body: bytes) -> dict[str, Any]:
@@ -153,7 +138,8 @@ async def put_profile(
     keys = service.config.keys
     server_id = check_server(keys, token_of(bearer, x_api_key),
                              signed=bool(x_server_id and x_signature))
-    body = await _bounded_body(request)
+    body = await _read_body(request, MAX_PROFILE_BODY,
+                            "a profile holds only display_name, country and avatar_url")
     if server_id is None:
         assert x_server_id is not None
         assert x_signature is not None
