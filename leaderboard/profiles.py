@@ -48,6 +48,9 @@ DISPLAY_NAME_MAX = 32
 #: name's combining marks, so anything longer than this cannot become 32 characters.
 DISPLAY_NAME_RAW_MAX = 128
 AVATAR_URL_MAX = 2048
+#: Listings of the log a reader takes before giving up on files vanishing under it (each
+#: retry means a compaction or an erasure finished meanwhile).
+_READ_ATTEMPTS = 5
 COUNTRY_CODES = tuple(COUNTRIES)
 
 PROFILE_SCHEMA = pa.schema([
@@ -197,11 +200,21 @@ def write_profiles(lake: Path, profiles: Sequence[Profile], at: datetime, source
 
 def read_log(lake: Path) -> pa.Table:
     """Every write of the log, each once (a compaction interrupted between writing its file
-    and deleting the originals leaves rows twice), ordered by `order`."""
-    files = sorted(profiles_dir(lake).glob("*.parquet"))
-    if not files:
-        return PROFILE_SCHEMA.empty_table()
-    return _unique([pq.read_table(f, schema=PROFILE_SCHEMA) for f in files])
+    and deleting the originals leaves rows twice), ordered by `order`.
+
+    Readers take no lock: a compaction or an erasure may delete a listed file before it is
+    read. Its rows are then in a file written before the deletion (the compaction's) or
+    erased, so the log is listed and read again."""
+    for attempt in range(_READ_ATTEMPTS):
+        files = sorted(profiles_dir(lake).glob("*.parquet"))
+        if not files:
+            return PROFILE_SCHEMA.empty_table()
+        try:
+            return _unique([pq.read_table(f, schema=PROFILE_SCHEMA) for f in files])
+        except FileNotFoundError:
+            if attempt == _READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _unique(tables: list[pa.Table]) -> pa.Table:

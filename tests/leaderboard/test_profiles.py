@@ -122,6 +122,29 @@ def test_a_compaction_killed_before_deleting_reads_the_same(lake):
     assert [p.display_name for p in history_of(lake, "p")] == ["n0", "n1", "n2"]
 
 
+def test_a_read_racing_a_compaction_reads_the_whole_log(lake, monkeypatch):
+    """A compaction finishing between a reader's listing of the log and its read of a
+    listed file (deleted by then): the reader lists again and gets every write. Before, it
+    raised FileNotFoundError (a 500 on GET profile, a failed reload)."""
+    import leaderboard.profiles as profiles
+
+    for i in range(3):
+        write_profile(lake, Profile("p", f"n{i}"), AT + timedelta(seconds=i), "s")
+    before = read_log(lake)
+    real = pq.read_table
+    raced = []
+
+    def read_after_a_compaction(path, **kwargs):
+        if not raced:
+            raced.append(path)
+            assert compact_log(lake) == 3  # the listed files are gone now
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(profiles.pq, "read_table", read_after_a_compaction)
+    assert read_log(lake).equals(before)
+    assert raced
+
+
 def test_an_erasure_leaves_no_row_of_the_player_in_the_log(lake):
     from leaderboard.profiles import erase_profiles
 
