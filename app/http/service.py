@@ -121,6 +121,12 @@ class Service:
                 self.metrics.visibility.observe(time.perf_counter() - stamped)
             return report
 
+    def fold_failed(self) -> None:
+        """Rows landed outside `ingest` (a quarantine release) could not be folded: this
+        worker's next ingest repairs first, as after a failed fold of its own (the next
+        ingest's fold catches up only its own writer's files)."""
+        self._needs_repair = True
+
     def quarantine(self, rows: pa.Table) -> None:
         """Keep refused rows (quarantine form, without ingested_at) with their reasons."""
         with self._ingest_lock:

@@ -100,4 +100,6 @@ def release(service: AdminDep,
                        ) from None
     if answer["released"]:
         service.cache.clear()
+    if "warning" in answer:  # landed, not folded: the next ingest repairs first
+        service.fold_failed()
     return answer

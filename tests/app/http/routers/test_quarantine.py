@@ -87,3 +87,36 @@ def test_hold_list_page_and_release_once(http):
     malformed = http.post("/v1/admin/quarantine/release", headers=admin,
                           json={"ids": ["not-an-id"]})
     assert malformed.status_code == 422
+
+
+def test_a_release_whose_fold_failed_is_folded_by_the_next_ingest(http, monkeypatch):
+    """Redis fails while folding a release (it landed durably): the answer warns, and the
+    worker's next ingest repairs first, so the merged board counts the released event
+    without an operator's `speed repair`. Before, the next ingest folded only its own
+    writer's files and the released points stayed out of the speed layer."""
+    import redis
+
+    from speed_layer.service import SpeedLayer
+
+    assert http.post("/v1/events", headers={"X-API-Key": KEY}, json={"events": [
+        _event("m1", "alice", 5), _event("m2", "alice", 5),
+        _event("m3", "alice", 40)]}).status_code == 207
+    admin = {"X-Admin-Key": ADMIN}
+    [held] = http.get("/v1/admin/quarantine", headers=admin).json()["rows"]
+    real = SpeedLayer.after_land
+
+    def fold_fails_for_the_release(self, files, **kwargs):
+        if any(f.writer == "release" for f in files):
+            raise redis.ConnectionError("injected: Redis went away mid-fold")
+        return real(self, files, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SpeedLayer, "after_land", fold_fails_for_the_release)
+        done = http.post("/v1/admin/quarantine/release", headers=admin,
+                         json={"ids": [held["id"]]}).json()
+    assert done["released"] == 1
+    assert "speed repair" in done["warning"]
+    assert http.post("/v1/events", headers={"X-API-Key": KEY},
+                     json={"events": [_event("m9", "bob", 1)]}).status_code == 200
+    top = http.get("/v1/boards/global/top", params={"n": 2}).json()["entries"]
+    assert [(e["player_id"], e["score"]) for e in top] == [("alice", 50), ("bob", 1)]
