@@ -14,7 +14,8 @@ from leaderboard.schema import TIMESTAMP
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
 
-__all__ = ["EXOTIC", "day", "land", "random_stream", "registry_from", "write_registry"]
+__all__ = ["EXOTIC", "day", "land", "random_scores", "random_stream", "registry_from",
+           "write_registry"]
 
 #: A registry exercising every aggregation, both orders, both tie policies, custom windows
 #: and a short grace.
@@ -70,6 +71,31 @@ def random_stream(seed: int, *, start: datetime, days: int = 3, matches: int = 6
                 again["points"] = event["points"] + 1  # a retry with other content: first wins
             events.append(again)
     return events
+
+
+def random_scores(seed: int, registry: Registry, *, start: datetime, days: int = 3,
+                  scores: int = 30, players: int = 25) -> list[dict]:
+    """Scores submitted to each direct board of the registry (dicts with `board`, as `land`
+    takes them): values at the board's bounds and between (ties), some late, some retried
+    with another value, some sharing a match id with a match event of random_stream."""
+    rng = random.Random(seed)
+    found = []
+    for board in (b for b in registry.boards if b.direct):
+        values = sorted({board.min_points, board.max_points, (board.min_points
+                                                              + board.max_points) // 2})
+        for number in range(scores):
+            event_time = start + timedelta(seconds=rng.randrange(days * 86400))
+            delay = timedelta(minutes=rng.randrange(1, 90))
+            if rng.random() < 0.1:
+                delay = timedelta(days=rng.choice([2, 9]))  # late: past some graces
+            found.append({"match_id": f"m{rng.choice([1, 2])}-{number % 7}", "board": board.name,
+                          "player_id": f"p{rng.randrange(players):03d}",
+                          "points": rng.choice(values), "event_time": event_time,
+                          "server_id": "s1", "ingested_at": event_time + delay})
+            if rng.random() < 0.1:  # a retry with another value: the first ingested wins
+                found.append(dict(found[-1], points=rng.choice(values),
+                                  ingested_at=found[-1]["ingested_at"] + timedelta(hours=2)))
+    return found
 
 
 def land(lake: Path, registry: Registry, events: list[dict], *, writer: str = "t",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
+from lakes import EXOTIC, day, land, random_scores, random_stream, registry_from, write_registry
 from oracle import absorbed_events, reference_standings
 
 from jobs.batch import run_batch
@@ -75,6 +75,8 @@ def world(request, tmp_path):
         write_registry(Path(config), EXOTIC)
         registry = registry_from(EXOTIC)
         stream = random_stream(2, start=START, points=(-5, 0, 3, 3, 7, 20, 20))
+    # Scores to the registry's direct board (default best-lap, exotic coins) beside them.
+    stream += random_scores(3, registry, start=START)
     data = tmp_path / "data"
     land(data / "lake", registry, stream)
     return data, registry, config
