@@ -469,6 +469,27 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return 1 if report.rejections else 0
 
 
+def _cmd_erase(args: argparse.Namespace) -> int:
+    """Erase a player everywhere (right to erasure): see app/erasure.py."""
+    from app.erasure import erase_player
+
+    _player(args.player)
+    if not args.yes:
+        raise UsageError(f"erasing {args.player} cannot be undone; add --yes to confirm")
+    settings = _settings(args)
+    speed = _require_speed(settings)
+    result = erase_player(settings, speed, args.player,
+                          say=(lambda m: None) if args.json else out.print)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        lake = result["lake"]
+        out.print(f"erased {args.player}: {lake['rows']} row(s) in {lake['files']} file(s), "
+                  f"{lake['versions']} version(s); later events of the id are refused "
+                  "(reason erased)")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from jobs.report import ReportError, score_distribution_png
 
@@ -876,6 +897,15 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--no-speed", action="store_true",
                        help="land only; do not fold into the speed layer")
     score.add_argument("--json", action="store_true")
+
+
+    erase = add("erase", _cmd_erase, "Erase a player everywhere (right to erasure): the lake's "
+                "events, quarantine, logs, rollups and every version, Redis (AOF rewritten) "
+                "and the warehouse; the ledger keeps a salted hash, and later events of the "
+                "id are refused.")
+    erase.add_argument("player")
+    erase.add_argument("--yes", action="store_true", help="confirm (it cannot be undone)")
+    erase.add_argument("--json", action="store_true")
 
     lake = add("lake", _cmd_lake, "Lake upkeep: rebind the data dir to an edited registry; "
                "sweep the files of killed batch runs (every batch also does at its start).")

@@ -26,7 +26,7 @@ from jobs.spec import (
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import epoch_us
 
-__all__ = ["DuckDBEngine"]
+__all__ = ["DuckDBEngine", "histogram_sql"]
 
 
 def _sql_list(paths: Sequence[str]) -> str:
@@ -112,6 +112,45 @@ _STATE_EMPTY = pa.table({
     "first_event_at": pa.array([], TIMESTAMP), "last_event_at": pa.array([], TIMESTAMP),
     "last_match_id": pa.array([], pa.string()),
 })
+
+
+def histogram_sql(source: str) -> str:
+    """The histogram rows (bw, kind, bucket, lower, upper, players, rank_from, rank_to) of
+    the ranked rows in relation `source` (bw, score, rank, rn, total): equal-width score
+    buckets and equal-depth rank buckets per bw. Shared by the batch and by an erasure,
+    which re-ranks the windows a player leaves."""
+    return f"""
+            WITH b AS (
+                SELECT bw, score, rank, rn, total,
+                       min(score) OVER (PARTITION BY bw) AS lo,
+                       max(score) OVER (PARTITION BY bw) AS hi
+                FROM {source}
+            ), width AS (
+                SELECT bw, 'width' AS kind,
+                       CASE WHEN hi = lo THEN 0
+                            ELSE least((score - lo) * {WIDTH_BUCKETS} // (hi - lo),
+                                       {WIDTH_BUCKETS - 1}) END AS bucket,
+                       any_value(lo) AS lo, any_value(hi) AS hi,
+                       count(*) AS players, min(rank) AS rank_from, max(rank) AS rank_to
+                FROM b GROUP BY ALL
+            ), depth AS (
+                SELECT bw, 'depth' AS kind,
+                       (rn - 1) * {DEPTH_BUCKETS} // total AS bucket,
+                       min(score)::DOUBLE AS lower, max(score)::DOUBLE AS upper,
+                       count(*) AS players, min(rank) AS rank_from, max(rank) AS rank_to
+                FROM b GROUP BY ALL
+            )
+            SELECT bw, kind, bucket::BIGINT AS bucket,
+                   lo + bucket * (hi - lo) / {WIDTH_BUCKETS}.0 AS lower,
+                   lo + (bucket + 1) * (hi - lo) / {WIDTH_BUCKETS}.0 AS upper,
+                   players::BIGINT AS players, rank_from::BIGINT AS rank_from,
+                   rank_to::BIGINT AS rank_to
+            FROM width
+            UNION ALL
+            SELECT bw, kind, bucket::BIGINT, lower, upper, players::BIGINT,
+                   rank_from::BIGINT, rank_to::BIGINT
+            FROM depth
+    """
 
 
 class DuckDBEngine:
@@ -422,37 +461,7 @@ class DuckDBEngine:
         """)
         con.execute("DROP TABLE scored")
         histograms = con.sql(f"""
-            WITH b AS (
-                SELECT bw, score, rank, rn, total,
-                       min(score) OVER (PARTITION BY bw) AS lo,
-                       max(score) OVER (PARTITION BY bw) AS hi
-                FROM ranked
-            ), width AS (
-                SELECT bw, 'width' AS kind,
-                       CASE WHEN hi = lo THEN 0
-                            ELSE least((score - lo) * {WIDTH_BUCKETS} // (hi - lo),
-                                       {WIDTH_BUCKETS - 1}) END AS bucket,
-                       any_value(lo) AS lo, any_value(hi) AS hi,
-                       count(*) AS players, min(rank) AS rank_from, max(rank) AS rank_to
-                FROM b GROUP BY ALL
-            ), depth AS (
-                SELECT bw, 'depth' AS kind,
-                       (rn - 1) * {DEPTH_BUCKETS} // total AS bucket,
-                       min(score)::DOUBLE AS lower, max(score)::DOUBLE AS upper,
-                       count(*) AS players, min(rank) AS rank_from, max(rank) AS rank_to
-                FROM b GROUP BY ALL
-            ), h AS (
-                SELECT bw, kind, bucket::BIGINT AS bucket,
-                       lo + bucket * (hi - lo) / {WIDTH_BUCKETS}.0 AS lower,
-                       lo + (bucket + 1) * (hi - lo) / {WIDTH_BUCKETS}.0 AS upper,
-                       players::BIGINT AS players, rank_from::BIGINT AS rank_from,
-                       rank_to::BIGINT AS rank_to
-                FROM width
-                UNION ALL
-                SELECT bw, kind, bucket::BIGINT, lower, upper, players::BIGINT,
-                       rank_from::BIGINT, rank_to::BIGINT
-                FROM depth
-            )
+            WITH h AS ({histogram_sql("ranked")})
             SELECT w.board, w.window_id, h.kind, h.bucket, h.lower, h.upper, h.players,
                    h.rank_from, h.rank_to
             FROM h JOIN bw_t w USING (bw)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from leaderboard.calendar import WindowError
+from leaderboard.erasure import ERASED_PREFIX, ErasureLedger
 from leaderboard.registry import Board, Registry
 from leaderboard.schema import (
     EVENT_SCHEMA,
@@ -78,6 +79,7 @@ REASONS: dict[str, str] = {
     "unparseable": "a line or record of the input file could not be parsed",
     "missing_field": "a required field is absent or null",
     "bad_type": "a field has a value of the wrong type or out of range",
+    "erased": "the player's data was erased; their id is refused (kept only as a hash)",
     "bad_match_id": "match_id is blank, too long or has control, format or separator characters",
     "bad_player_id": f"player_id is not {ID_RULE}",
     "bad_server_id": f"server_id is not {ID_RULE}",
@@ -546,6 +548,7 @@ def validate_events(
     ingested_at: datetime | pa.Array | pa.ChunkedArray | str | None = None,
     default_server_id: str | None = None,
     source: str = "",
+    erased: ErasureLedger | None = None,
 ) -> Validated:
     """Validate a batch of raw events against the registry.
 
@@ -556,11 +559,22 @@ def validate_events(
 
     The checks run by reason group, in the order a row's first failure is reported: types
     and presence, identifiers, regions and modes, time bounds, points, windows and lateness.
+    A player id in the `erased` ledger fails first with reason `erased` (whatever else is
+    wrong with the row), and its quarantined row holds the id's salted hash, not the id.
     """
     n = table.num_rows
     checks = _Checks(n)
     columns = _input_columns(table, n, default_server_id)
     text, points, event_time = _check_types(columns, checks)
+    if erased:
+        gone = erased.mask(text["player_id"])
+        checks.fail(gone, "erased", "this player's data was erased (right to erasure); "
+                                    "events of the id are refused")
+        if gone.any():
+            hidden = [f"{ERASED_PREFIX}{erased.hashed(v)}" if g and v is not None else v
+                      for g, v in zip(gone.tolist(), columns["player_id"].to_pylist(),
+                                      strict=True)]
+            columns["player_id"] = pa.chunked_array([pa.array(hidden, pa.string())])
     _check_ids(text, checks)
     plan = _plan(registry)
     codes = _check_scopes(text, registry, plan, checks)
@@ -588,6 +602,7 @@ def validate_scores(
     now: datetime,
     default_server_id: str | None = None,
     source: str = "",
+    erased: ErasureLedger | None = None,
 ) -> Validated:
     """Validate submissions to one direct board (`match_id`, `player_id`, `points`,
     `event_time`, `server_id`) with exactly the checks of a match event counted on that
@@ -603,7 +618,8 @@ def validate_scores(
                                if c in table.column_names])
     rows = rows.append_column("region", blank).append_column("mode", blank)
     validated = validate_events(rows, _direct_view(registry, board), now=now,
-                                default_server_id=default_server_id, source=source)
+                                default_server_id=default_server_id, source=source,
+                                erased=erased)
     accepted = validated.accepted.append_column(
         "board", pa.array([board.name] * validated.accepted.num_rows, pa.string()))
     return replace(validated, accepted=accepted)

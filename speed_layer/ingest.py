@@ -19,6 +19,7 @@ import pyarrow as pa
 import redis
 
 from leaderboard import faults
+from leaderboard.erasure import ErasureLedger, erasure_dir
 from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
 from leaderboard.registry import Board, Registry
 from leaderboard.validation import validate_events, validate_scores
@@ -102,6 +103,20 @@ class Ingestor:
         per_minute = registry.player_events_per_minute
         self.rate = (PlayerRate(speed.client, per_minute)
                      if speed is not None and per_minute is not None else None)
+        self._ledger = ErasureLedger(b"", frozenset())
+        self._ledger_stamp: int | None = -1  # the ledger file's mtime when read (None: none)
+
+    def _erased(self) -> ErasureLedger:
+        """The lake's erasure ledger, read again only when its file changed."""
+        path = erasure_dir(self.writer.lake) / "ledger.json"
+        try:
+            stamp = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            stamp = None
+        if self._ledger_stamp != stamp:
+            self._ledger = ErasureLedger.load(self.writer.lake)
+            self._ledger_stamp = stamp
+        return self._ledger
 
     def ingest(
         self,
@@ -138,12 +153,14 @@ class Ingestor:
             if backfill:
                 raise ValueError("direct scores are not backfilled; submit them as scores")
             validated = validate_scores(table, self.registry, board, now=now,
-                                        default_server_id=default_server_id, source=source)
+                                        default_server_id=default_server_id, source=source,
+                                        erased=self._erased())
         else:
             validated = validate_events(
                 # A backfill is checked as if landed at its own event_time: never late.
                 table, self.registry, now=now, ingested_at="event_time" if backfill else now,
                 default_server_id=default_server_id, source=source,
+                erased=self._erased(),
             )
         rejected = validated.rejected
         if unparseable is not None and unparseable.num_rows:

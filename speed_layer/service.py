@@ -22,6 +22,7 @@ from leaderboard.bans import banned_players, write_tombstone
 from leaderboard.batch_view import BatchView
 from leaderboard.lake import LandedFile, idle_writer, landed_files
 from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
+from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
 from leaderboard.speed_keys import (
     BANNED,
@@ -100,6 +101,18 @@ class RebuildRunning(StateLost):
 
     def __init__(self, detail: str) -> None:
         redis.RedisError.__init__(self, detail)
+
+
+def _is_version_key(key: str) -> bool:
+    """Whether a key belongs to one speed version: `lb:{k}:V:...` or `lb:V:...` (not the
+    global `lb:current`, `lb:banned`, the door's or the profiles')."""
+    return key.startswith("lb:{") or (key.count(":") >= 2 and key.split(":", 2)[1][:1].isdigit()
+                                      ) or key.startswith("lb:none:")
+
+
+def _glob_escape(text: str) -> str:
+    """`text` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _text(raw: bytes | str) -> str:
@@ -693,6 +706,61 @@ class SpeedLayer:
         banned = {_text(b) for b in self.client.smembers(BANNED)}
         for player in sorted(players - banned):
             self._recompute(version, player, windows)
+
+    # -- erasure ----------------------------------------------------------------------------
+
+    def erase(self, player: str, keep: str) -> int:
+        """After the lake forgot a player and the speed state of version `keep` was built
+        from it: delete every other version's keys (they held the player; readers follow
+        the pointer to `keep`), every key whose name holds the id (rate counters), and the
+        id from the global sets and hashes (bans, voids, profiles: synced from the lake).
+        Returns the keys deleted. The door's records are fingerprints of ids, not ids."""
+        doomed = {key for key in self.client.scan_iter(match="lb:*", count=1000)
+                  if f":{keep}:" not in _text(key) and _is_version_key(_text(key))}
+        doomed |= set(self.client.scan_iter(match=f"*{_glob_escape(player)}*", count=1000))
+        doomed = {k for k in doomed if _text(k) != CURRENT}
+        keys = sorted(doomed)
+        for start in range(0, len(keys), 500):
+            for key in keys[start:start + 500]:
+                self.client.delete(key)  # one slot each (a Redis Cluster refuses a mix)
+        self.client.hdel(PROFILES_KEY, player)
+        self.sync_bans()
+        self.sync_voids()
+        return len(keys)
+
+    def rewrite_persistence(self, *, poll: float = 0.05, limit: float = 300.0) -> list[str]:
+        """Rewrite Redis's files so no byte of erased data remains in them: BGREWRITEAOF
+        (the AOF's base and increments are replaced) and, when snapshots are configured,
+        BGSAVE; waits for both. Returns what was rewritten ("aof", "rdb")."""
+        done = []
+        info = self.client.info("persistence")
+        if int(info.get("aof_enabled", 0)):
+            self._wait_for(lambda i: not int(i.get("aof_rewrite_in_progress", 0))
+                           and not int(i.get("aof_rewrite_scheduled", 0)), poll, limit)
+            self.client.bgrewriteaof()
+            self._wait_for(lambda i: not int(i.get("aof_rewrite_in_progress", 0))
+                           and not int(i.get("aof_rewrite_scheduled", 0)), poll, limit)
+            done.append("aof")
+        try:
+            save = self.client.config_get("save").get("save", "")
+        except redis.ResponseError:
+            save = ""  # CONFIG refused (a managed Redis): snapshots are the host's
+        if save:
+            self._wait_for(lambda i: not int(i.get("rdb_bgsave_in_progress", 0)), poll, limit)
+            self.client.bgsave()
+            self._wait_for(lambda i: not int(i.get("rdb_bgsave_in_progress", 0)), poll, limit)
+            done.append("rdb")
+        return done
+
+    def _wait_for(self, ready: Any, poll: float, limit: float) -> None:
+        import time
+
+        deadline = time.monotonic() + limit
+        while not ready(self.client.info("persistence")):
+            if time.monotonic() > deadline:
+                raise redis.TimeoutError("Redis did not finish rewriting its files in "
+                                         f"{limit:.0f} s; check its log")
+            time.sleep(poll)
 
     # -- status -----------------------------------------------------------------------------
 

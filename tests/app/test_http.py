@@ -135,7 +135,7 @@ def test_openapi_and_docs(reader):
                  "/v1/boards/{board}/players/{player_id}/around", "/v1/boards/{board}/friends",
                  "/v1/boards/{board}/players/{player_id}/history",
                  "/v1/boards/{board}/percentiles", "/v1/admin/bans", "/v1/admin/unbans",
-                 "/v1/admin/voids",
+                 "/v1/admin/voids", "/v1/admin/players/{player_id}",
                  "/healthz", "/metrics"):
         assert path in spec["paths"], path
     body = spec["paths"]["/v1/events"]["post"]["requestBody"]["content"]["application/json"]
@@ -589,6 +589,30 @@ def test_a_void_drops_the_result_at_once_and_is_listed(world):
     assert [(v["match_id"], v["player_id"]) for v in listed["voids"]] == [
         ("not-landed-yet", None), (best["match_id"], name)]
     assert world.client.get("/v1/admin/voids").status_code == 401
+
+
+def test_erasing_a_player_over_http(world):
+    """DELETE /v1/admin/players/{id}: the player is gone from every read at once, the
+    others move up, and a later event of the id is refused as erased."""
+    top = world.client.get("/v1/boards/global/top", params={"n": 3}).json()["entries"]
+    name = top[0]["player_id"]
+    assert world.client.delete(f"/v1/admin/players/{name}").status_code == 401
+    bad = world.client.delete("/v1/admin/players/bad%20id", headers={"X-Admin-Key": ADMIN})
+    assert bad.status_code == 422
+    erased = world.client.delete(f"/v1/admin/players/{name}", headers={"X-Admin-Key": ADMIN})
+    assert erased.status_code == 200, erased.text
+    assert erased.json()["status"] == "erased"
+    after = world.client.get("/v1/boards/global/top", params={"n": 2}).json()["entries"]
+    assert [(e["player_id"], e["score"]) for e in after] == [
+        (e["player_id"], e["score"]) for e in top[1:]]
+    assert after[0]["rank"] == 1
+    assert world.client.get(f"/v1/boards/global/players/{name}").json()["status"] == "unranked"
+    assert all(r["player_id"] != name for r in _lake_rows(world.lake))
+    again = _post(world, {"events": [{"match_id": "after-erasure", "player_id": name,
+                                      "points": 5, "event_time": "2026-12-01T17:00:00Z",
+                                      "region": "eu", "mode": "ranked"}]})
+    assert again.status_code == 422, again.text
+    assert "erased" in again.text
 
 
 def test_a_405_lists_every_method_of_the_path(reader):

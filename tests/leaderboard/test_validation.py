@@ -215,9 +215,31 @@ def test_bad_row_is_rejected_with_its_reason_and_good_rows_survive(case, request
 def test_every_reason_code_is_exercised():
     # `unparseable` is for file readers (a line that is not a record); validate_events gets
     # records, so it never produces it; `implausible_rate` is decided at landing
-    # (speed_layer.rate), not by validation.
+    # (speed_layer.rate), not by validation; `erased` needs a ledger (tested below).
     assert {c.reason for c in CASES.values()} == set(REASONS) - {"unparseable",
-                                                                 "implausible_rate"}
+                                                                 "implausible_rate", "erased"}
+
+
+def test_an_erased_id_is_refused_first_and_quarantined_by_its_hash(tmp_path, request):
+    """An erased player's row fails with `erased` whatever else is wrong with it, and its
+    quarantined form holds the salted hash, not the id; other rows are untouched."""
+    from leaderboard.erasure import ERASED_PREFIX, ErasureLedger, record_erasure
+
+    registry = request.getfixturevalue("registry")
+    digest = record_erasure(tmp_path, "carol", FIXED_NOW)
+    ledger = ErasureLedger.load(tmp_path)
+    assert ledger.erased("carol")
+    assert not ledger.erased("dave")
+    bad = text_row(**{"match_id": "bad", "player_id": "carol", "points": "3",
+                      "region": "moon"})
+    result = validate_events(text_table([GOOD_A, bad, GOOD_B]), registry, now=FIXED_NOW,
+                             erased=ledger)
+    assert result.accepted.to_pylist() == EXPECTED_GOOD
+    [rejected] = result.rejected.to_pylist()
+    assert rejected["reason"] == "erased"
+    assert rejected["player_id"] == f"{ERASED_PREFIX}{digest}"
+    assert "carol" not in str(rejected)
+    assert "carol" not in (tmp_path / "erasure" / "ledger.json").read_text()
 
 
 # -- boundaries that are accepted ------------------------------------------------------------

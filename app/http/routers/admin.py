@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request, Security
+from fastapi import APIRouter, Depends, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field, ValidationError
@@ -126,3 +126,19 @@ def voids(service: AdminDep,
              if match_id is None or v.match_id == match_id]
     found.reverse()
     return {"total": len(found), "voids": [v.as_dict() for v in found[:limit]]}
+
+
+@router.delete("/v1/admin/players/{player_id}",
+               summary="Erase a player everywhere (right to erasure)")
+def erase(service: AdminDep,
+          player_id: Annotated[str, Path(pattern=ID_PATTERN, description=ID_RULE)],
+          ) -> dict[str, Any]:
+    """Every byte of the id leaves the lake (events, quarantine, logs, rollups, every
+    version's standings and histograms), Redis (its AOF rewritten) and the warehouse; the
+    ledger keeps a salted hash, and later events of the id are refused (reason `erased`).
+    Idempotent: erasing an id again finds nothing more to remove."""
+    from app.erasure import erase_player
+
+    result = erase_player(service.settings, service.speed, player_id)
+    service.cache.clear()
+    return {"player_id": player_id, **result}

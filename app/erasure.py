@@ -1,0 +1,76 @@
+"""Erasing a player everywhere (GDPR right to erasure): the composition of the layers' parts.
+
+Order: the ledger (the id's salted hash: ingest refuses the id from then on) and the lake's
+files (`jobs.erase`); the live version re-published under a new version id with the same
+files (every serving process keys its base arrays by version id, so all of them drop the
+cached arrays that held the player within a second); the speed state rebuilt on it from the
+erased lake by a rebase, every other version's keys and the keys naming the id deleted
+(`SpeedLayer.erase`); the warehouse rebuilt; Redis's AOF rewritten (and its snapshot, when
+it keeps one) so no byte of the id stays in its files either.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from jobs.erase import erase_from_lake
+from jobs.warehouse import refresh_warehouse, warehouse_path
+from leaderboard.manifest import Manifest, read_current, swap_current, write_version
+from leaderboard.settings import Settings
+from leaderboard.speed_keys import StateLost
+from leaderboard.timeutil import format_instant
+from speed_layer.service import SpeedLayer
+
+__all__ = ["erase_player"]
+
+
+def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *,
+                 say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """Erase `player` from the lake, the versions, Redis and the warehouse; returns what
+    was done (counts, never the id's data)."""
+    lake, now = settings.lake_dir, settings.now()
+    report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
+    live = read_current(lake)
+    version = None
+    if live is not None:
+        version = _republish(lake, live, now)
+        say(f"live version re-published as {version}")
+    result: dict[str, Any] = {"status": "erased", "lake": report.as_dict(),
+                              "version": version, "redis": None, "warehouse": False}
+    if speed is not None:
+        try:
+            fresh = read_current(lake)
+            state = speed.rebase(fresh) if fresh is not None else None
+        except StateLost:
+            state = None
+        if state is None:
+            speed.rebuild(now)
+            state = speed.current()
+        deleted = speed.erase(player, keep=state.tag)
+        result["redis"] = {"keys_deleted": deleted, "rewritten": speed.rewrite_persistence()}
+        say(f"Redis: {deleted} key(s) deleted, files rewritten: "
+            f"{', '.join(result['redis']['rewritten']) or 'none kept'}")
+    if warehouse_path(settings.data_dir).exists():
+        refresh_warehouse(settings.data_dir, settings.registry)
+        result["warehouse"] = True
+        say("warehouse rebuilt")
+    return result
+
+
+def _republish(lake: Path, live: Manifest, now: datetime) -> str:
+    """The live version's manifest under a new id (same files, same as_of): the pointer
+    moves to it, so every reader loads the erased files afresh."""
+    version = f"{live.as_of}.{now.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}"
+    copy = replace(live, version=version, created_at=format_instant(now),
+                   previous=live.version, index=dict(live.index))
+    write_version(lake, copy, rollups=pq.read_table(lake / live.index["rollups"]["path"]),
+                  standings=live.standings(lake))
+    swap_current(lake, version)
+    return version

@@ -1,0 +1,135 @@
+"""The erasure ledger: which player ids were erased, kept only as salted hashes.
+
+After an erasure (GDPR right to erasure) no byte of the player's id may remain under the
+data dir, yet a later event of that id must be refused (reason `erased`). So the ledger
+(`lake/erasure/ledger.json`) keeps `sha256(salt + id)` and the time, never the id; the salt
+(`lake/erasure/salt`, 32 random bytes, written once) stays in the data dir, so the hash
+cannot be looked up in a table of hashed ids computed elsewhere. A quarantined event of an
+erased id carries the hash in place of the id.
+
+`without_player` rewrites one Parquet file without a player's rows, atomically (temp file +
+fsync + rename), which every part of an erasure uses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
+from leaderboard.timeutil import format_instant
+
+__all__ = ["ERASED_PREFIX", "ErasureLedger", "erasure_dir", "record_erasure",
+           "without_player"]
+
+#: What a quarantined row of an erased id holds in place of the id: this and the hash.
+ERASED_PREFIX = "erased:"
+
+
+def erasure_dir(lake: Path) -> Path:
+    return lake / "erasure"
+
+
+def _salt(lake: Path) -> bytes:
+    """The data dir's salt, written on first use (exclusive create: one salt, ever)."""
+    path = erasure_dir(lake) / "salt"
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with path.open("x") as handle:
+                handle.write(secrets.token_hex(32))
+        except FileExistsError:
+            pass
+        return bytes.fromhex(path.read_text().strip())
+
+
+@dataclass(frozen=True)
+class ErasureLedger:
+    """The salted hashes of erased ids, and the salt to hash a candidate with."""
+
+    salt: bytes
+    hashes: frozenset[str]
+
+    @classmethod
+    def load(cls, lake: Path) -> ErasureLedger:
+        path = erasure_dir(lake) / "ledger.json"
+        try:
+            entries = json.loads(path.read_text())["erased"]
+        except FileNotFoundError:
+            return cls(b"", frozenset())
+        return cls(_salt(lake), frozenset(e["hash"] for e in entries))
+
+    def __bool__(self) -> bool:
+        return bool(self.hashes)
+
+    def hashed(self, player_id: str) -> str:
+        return hashlib.sha256(self.salt + player_id.encode()).hexdigest()
+
+    def erased(self, player_id: str) -> bool:
+        return bool(self.hashes) and self.hashed(player_id) in self.hashes
+
+    def mask(self, player_ids: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+        """A boolean per value: true where the id was erased (nulls: false)."""
+        values = player_ids.to_pylist()
+        if not self.hashes:
+            return np.zeros(len(values), dtype=bool)
+        return np.fromiter((v is not None and self.erased(v) for v in values), dtype=bool,
+                           count=len(values))
+
+
+def record_erasure(lake: Path, player_id: str, at: datetime) -> str:
+    """Add the id's salted hash to the ledger (first step of an erasure, so its events are
+    refused from then on); returns the hash."""
+    ledger = ErasureLedger(_salt(lake), frozenset())
+    digest = ledger.hashed(player_id)
+    path = erasure_dir(lake) / "ledger.json"
+    try:
+        entries = json.loads(path.read_text())["erased"]
+    except FileNotFoundError:
+        entries = []
+    if digest not in {e["hash"] for e in entries}:
+        entries.append({"hash": digest, "at": format_instant(at)})
+        atomic_write_bytes(path, json.dumps({"erased": entries}, indent=1).encode())
+    return digest
+
+
+def without_player(path: Path, player_id: str, *, any_text: bool = False,
+                   drop_empty: bool = False) -> int:
+    """Rewrite one Parquet file without the rows of `player_id` (its `player_id` column;
+    with `any_text`, every row with a text column holding the id anywhere, as a quarantined
+    row's detail may). Atomic; returns the rows removed (0: the file is not touched).
+    `drop_empty`: a file left without rows is deleted instead."""
+    table = pq.read_table(path)
+    if table.num_rows == 0:
+        return 0
+    hit = pa.array(np.zeros(table.num_rows, dtype=bool))
+    for name in (table.column_names if any_text else ["player_id"]):
+        if name not in table.column_names:
+            continue
+        column = table.column(name)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        found = (pc.match_substring(column, player_id) if any_text
+                 else pc.equal(column, player_id))
+        hit = pc.or_(hit, pc.fill_null(found, False))
+    removed = int(pc.sum(hit).as_py() or 0)
+    if removed == 0:
+        return 0
+    kept = table.filter(pc.invert(hit))
+    if drop_empty and kept.num_rows == 0:
+        path.unlink()
+    else:
+        atomic_write_parquet(kept, path)
+    return removed
