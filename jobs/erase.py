@@ -250,8 +250,9 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
     record_erasure(lake, player, at)
     report = LakeErasure()
     _rewrite(report, "events", sorted((lake / "events").rglob("*.parquet")), player)
+    # An emptied quarantine file goes (its rows' ids name it; none is left to name).
     _rewrite(report, "quarantine", sorted((lake / "quarantine").rglob("*.parquet")), player,
-             any_text=True)
+             any_text=True, drop_empty=True)
     for kind, folder in (("bans", bans_dir(lake)), ("voids", voids_dir(lake)),
                          ("profiles", profiles_dir(lake))):
         _rewrite(report, kind, sorted(folder.glob("*.parquet")), player, drop_empty=True)

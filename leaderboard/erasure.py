@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -108,9 +109,11 @@ def record_erasure(lake: Path, player_id: str, at: datetime) -> str:
 def without_player(path: Path, player_id: str, *, any_text: bool = False,
                    drop_empty: bool = False) -> int:
     """Rewrite one Parquet file without the rows of `player_id` (its `player_id` column;
-    with `any_text`, every row with a text column holding the id anywhere, as a quarantined
-    row's detail may). Atomic; returns the rows removed (0: the file is not touched).
-    `drop_empty`: a file left without rows is deleted instead."""
+    with `any_text`, every row with a text column holding the id as a token, not inside a
+    longer id: as a quarantined row's detail may quote it). Atomic; returns the rows
+    removed (0: the file is not touched). `drop_empty`: a file left without rows is
+    deleted instead."""
+    token = f"(^|[^A-Za-z0-9_.:-]){re.escape(player_id)}($|[^A-Za-z0-9_.:-])"
     table = pq.read_table(path)
     if table.num_rows == 0:
         return 0
@@ -121,7 +124,7 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
         column = table.column(name)
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue
-        found = (pc.match_substring(column, player_id) if any_text
+        found = (pc.match_substring_regex(column, token) if any_text
                  else pc.equal(column, player_id))
         hit = pc.or_(hit, pc.fill_null(found, False))
     removed = int(pc.sum(hit).as_py() or 0)

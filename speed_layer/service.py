@@ -41,7 +41,7 @@ from leaderboard.speed_keys import (
 from leaderboard.voids import ALL_PLAYERS, Void, VoidIndex, read_voids, write_void
 from speed_layer.door import Admission, Claim, ClaimPending, Door
 from speed_layer.fold import FOLD_SCRIPT, Folder, identities, plan_updates, predecessors
-from speed_layer.rate import held_ids
+from speed_layer.rate import held_ids, rate_key
 
 __all__ = ["Admitted", "RebuildRunning", "SpeedLayer", "SpeedStatus"]
 
@@ -717,7 +717,10 @@ class SpeedLayer:
         Returns the keys deleted. The door's records are fingerprints of ids, not ids."""
         doomed = {key for key in self.client.scan_iter(match="lb:*", count=1000)
                   if f":{keep}:" not in _text(key) and _is_version_key(_text(key))}
-        doomed |= set(self.client.scan_iter(match=f"*{_glob_escape(player)}*", count=1000))
+        # The keys named after a player: the rate counters (never a substring search: an
+        # id like `a` or `2026` is inside every board-window key's name).
+        doomed |= set(self.client.scan_iter(
+            match=f"{_glob_escape(rate_key(player, 0)[:-1])}*", count=1000))
         doomed = {k for k in doomed if _text(k) != CURRENT}
         keys = sorted(doomed)
         for start in range(0, len(keys), 500):

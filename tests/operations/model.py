@@ -14,6 +14,11 @@ Exceptions docs/design.md allows, stated here and nowhere else:
   the speed layer until the batch absorbs it. The operations test re-delivers late only rows
   whose second count changes no answer (0 points: sum +0; max/min/last: the same event again),
   so every answer is still checked exactly.
+- *Voids* (docs/design.md section 3): an event a void names (its match, or its match and
+  player) counts nowhere once the void is in force: the live version's base applies the
+  voids from before its watermark, merged answers all of them. (Past retention a void
+  reaches only events not yet absorbed; the operations test voids nothing once retention
+  deleted raw events, and runs no retention once something is voided.)
 - *Unbanned across the watermark* (docs/architecture.md, "known limits"): a player the live
   base excludes (banned before W) who is unbanned after W is served with the events since W
   at once and the whole history from the next batch on.
@@ -104,6 +109,8 @@ class Model:
     tombstones: list[tuple[str, str, datetime, int]] = field(default_factory=list)
     #: the live version's watermark (None: no batch published)
     watermark: datetime | None = None
+    #: (match_id, player_id or None for every player, at) voids
+    voids: list[tuple[str, str | None, datetime]] = field(default_factory=list)
 
     # -- history ---------------------------------------------------------------------------
 
@@ -112,6 +119,14 @@ class Model:
 
     def tombstone(self, player: str, action: str, at: datetime) -> None:
         self.tombstones.append((player, action, at, len(self.tombstones)))
+
+    def void(self, match_id: str, player_id: str | None, at: datetime) -> None:
+        self.voids.append((match_id, player_id, at))
+
+    def voided(self, event: Event, before: datetime | None = None) -> bool:
+        """Whether a void (at < before; all if None) names the event."""
+        return any(match == event.match_id and player in (None, event.player_id)
+                   and (before is None or at < before) for match, player, at in self.voids)
 
     def banned(self, before: datetime | None = None) -> set[str]:
         """The latest tombstone (at < before) decides; an unban wins a tie on `at`."""
@@ -193,7 +208,8 @@ class Model:
         if self.watermark is None:
             return {}
         watermark = self.watermark
-        absorbed = [e for e in self.first_accepted().values() if e.ingested_at < watermark]
+        absorbed = [e for e in self.first_accepted().values()
+                    if e.ingested_at < watermark and not self.voided(e, watermark)]
         banned = self.banned(before=watermark)
         return {key: self._standings(self.board(key[0]), players, banned)
                 for key, players in self._cells(absorbed).items()}
@@ -206,6 +222,7 @@ class Model:
         back = set()
         if self.watermark is not None:
             back = self.banned(before=self.watermark) - banned_now
+        firsts = [e for e in firsts if not self.voided(e)]
         events = [e for e in firsts if e.player_id not in back]
         if back:
             assert self.watermark is not None
@@ -213,6 +230,7 @@ class Model:
             for event in sorted(self.landed, key=lambda e: (e.ingested_at, e.order)):
                 if event.player_id in back and event.ingested_at >= self.watermark:
                     since.setdefault(event.identity, event)
+            since = {k: e for k, e in since.items() if not self.voided(e)}
             events += list(since.values())
         return {key: self._standings(self.board(key[0]), players, banned_now)
                 for key, players in self._cells(events).items()}

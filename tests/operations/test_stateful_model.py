@@ -359,6 +359,19 @@ class OperationsMachine(RuleBasedStateMachine):
         (speed.ban if action == "ban" else speed.unban)(player, self.now)
         self.model.tombstone(player, action, self.now)
 
+    @precondition(lambda self: bool(self.model.landed)
+                  and not (self.lake / "retention.json").exists())
+    @rule(data=st.data(), whole=st.booleans(), ahead=st.booleans())
+    def void(self, data: st.DataObject, whole: bool, ahead: bool) -> None:
+        """Void a landed match (or one player's result in it), or the next match to land
+        (a void may come before its events)."""
+        STATS["void"] += 1
+        event = data.draw(st.sampled_from(self.model.landed))
+        match = f"m{self.matches + 1}" if ahead else event.match_id
+        player = None if whole or ahead else event.player_id
+        self.writers["a"].speed.void(match, player, self.now, "test")
+        self.model.void(match, player, self.now)
+
     # -- nights ----------------------------------------------------------------------------
 
     def _next_as_of(self) -> date | None:
@@ -436,6 +449,7 @@ class OperationsMachine(RuleBasedStateMachine):
             if live is not None and day <= live.as_of_date:
                 compact_partition(self.lake, day, speed=speed, small_rows=1000)
 
+    @precondition(lambda self: not self.model.voids)  # see model.py: voids past retention
     @rule()
     def retention_night(self) -> None:
         STATS["retention_night"] += 1

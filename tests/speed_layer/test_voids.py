@@ -152,3 +152,18 @@ def test_an_unban_restores_the_player_without_their_voided_results(world, redis_
         assert speed.void(event["match_id"], player, day("2026-11-30T00:20:00")) == []
     speed.unban(player, day("2026-11-30T00:30:00"))
     assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_erasing_a_short_id_keeps_every_other_key(world, redis_client):
+    """Regression: the erasure's key cleanup searched key names for the id as a substring,
+    so erasing `a` (inside every `lb:{global|all-time}...` name) deleted the live state."""
+    lake, registry, speed, _settings = world
+    ingest(speed, lake, registry, [
+        {"match_id": "m1", "player_id": player, "points": 3,
+         "event_time": START, "region": "na", "mode": "ranked", "server_id": "s1",
+         "ingested_at": START} for player in ("a", "ab", "b")])
+    before = {k for k in redis_client.scan_iter() if b":rate:" not in k}
+    redis_client.set("lb:rate:{a}:123", 1)
+    speed.erase("a", keep=speed.current().tag)
+    assert redis_client.get("lb:rate:{a}:123") is None
+    assert {k for k in redis_client.scan_iter()} == before
