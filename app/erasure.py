@@ -37,7 +37,10 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *,
     was done (counts, never the id's data)."""
     lake, now = settings.lake_dir, settings.now()
     report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
-    live = read_current(lake)
+    # Nothing of the id in the lake (an id never seen, or erased before): no version or
+    # warehouse holds it either; Redis is still cleaned and its files rewritten.
+    found = report.rows > 0
+    live = read_current(lake) if found else None
     version = None
     if live is not None:
         version = _republish(lake, live, now)
@@ -45,9 +48,13 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *,
     result: dict[str, Any] = {"status": "erased", "lake": report.as_dict(),
                               "version": version, "redis": None, "warehouse": False}
     if speed is not None:
+        state = None
         try:
             fresh = read_current(lake)
-            state = speed.rebase(fresh) if fresh is not None else None
+            if live is not None and fresh is not None:
+                state = speed.rebase(fresh)
+            elif not found:
+                state = speed.current()
         except StateLost:
             state = None
         if state is None:
@@ -57,7 +64,7 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *,
         result["redis"] = {"keys_deleted": deleted, "rewritten": speed.rewrite_persistence()}
         say(f"Redis: {deleted} key(s) deleted, files rewritten: "
             f"{', '.join(result['redis']['rewritten']) or 'none kept'}")
-    if warehouse_path(settings.data_dir).exists():
+    if found and warehouse_path(settings.data_dir).exists():
         refresh_warehouse(settings.data_dir, settings.registry)
         result["warehouse"] = True
         say("warehouse rebuilt")

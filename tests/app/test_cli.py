@@ -225,6 +225,22 @@ def test_void_drops_a_result_from_the_live_board_and_lists_it(served, capsys):
     assert "--reason" in capsys.readouterr().err
 
 
+def test_erase_removes_a_player_and_refuses_the_id_after(served, tmp_path, capsys):
+    assert main(["erase", "alice"]) == 2
+    assert "--yes" in capsys.readouterr().err
+    code, erased = run_json(capsys, "erase", "alice", "--yes")
+    assert (code, erased["status"]) == (0, "erased")
+    assert erased["lake"]["rows"] > 0
+    code, top = run_json(capsys, "top", "global")
+    assert [(e["player_id"], e["rank"]) for e in top["entries"]] == [
+        ("dave", 1), ("bob", 2), ("carol", 3), ("erin", 4)]
+    again = tmp_path / "again.jsonl"
+    again.write_text(json.dumps(dict(GOOD, match_id="z1", player_id="alice")) + "\n")
+    code, report = run_json(capsys, "ingest", str(again))
+    assert report["total"]["reasons"] == {"erased": 1}
+    assert all(r["player_id"] != "alice" for r in landed_rows(served, "quarantine"))
+
+
 def test_reads_print_tables_for_people(served, capsys):
     assert main(["top", "region:na", "-n", "2"]) == 0
     out = capsys.readouterr().out

@@ -132,4 +132,6 @@ def test_every_operation_keeps_the_contract(contract_app):
                   for path, ops in spec["paths"].items() for method, op in ops.items()}
     assert set(cases) == set(operations)
     # An operation without inputs has only a handful of distinct requests to make.
-    assert all(cases[op] >= EXAMPLES for op, has_inputs in operations.items() if has_inputs)
+    # (The erasure runs a few cases only: see its entry above.)
+    assert all(cases[op] >= EXAMPLES for op, has_inputs in operations.items()
+               if has_inputs and op != "DELETE /v1/admin/players/{player_id}")
