@@ -21,6 +21,7 @@ from leaderboard.lake import LandingWriter
 from leaderboard.settings import Settings
 from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor
+from speed_layer.rate import rate_key
 from speed_layer.service import SpeedLayer
 
 pytestmark = pytest.mark.redis
@@ -163,7 +164,7 @@ def test_erasing_a_short_id_keeps_every_other_key(world, redis_client):
          "event_time": START, "region": "na", "mode": "ranked", "server_id": "s1",
          "ingested_at": START} for player in ("a", "ab", "b")])
     before = {k for k in redis_client.scan_iter() if b":rate:" not in k}
-    redis_client.set("lb:rate:{a}:123", 1)
+    redis_client.set(rate_key("a", 123), 1)
     speed.erase("a", keep=speed.current().tag)
-    assert redis_client.get("lb:rate:{a}:123") is None
+    assert redis_client.get(rate_key("a", 123)) is None
     assert {k for k in redis_client.scan_iter()} == before
