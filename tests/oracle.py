@@ -56,7 +56,8 @@ def absorbed_events(lake: Path, watermark: datetime | None) -> list[dict]:
         identity = (row["match_id"], row["player_id"], row.get("board"))
         if identity not in seen:
             seen.add(identity)
-            if (row["match_id"], None) not in voided and identity not in voided:
+            if ((row["match_id"], None) not in voided
+                    and (row["match_id"], row["player_id"]) not in voided):
                 kept.append(row)
     return kept
 
