@@ -98,7 +98,7 @@ def _day(text: str | None, flag: str) -> date | None:
     try:
         return date.fromisoformat(text)
     except ValueError:
-        raise UsageError(f"{flag} {text!r} is not a calendar date; use YYYY-MM-DD") from None
+        raise UsageError(f"{flag} `{text}` is not a calendar date; use YYYY-MM-DD") from None
 
 
 @_read_command

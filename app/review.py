@@ -33,7 +33,7 @@ def parse_since(text: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(f"since: {text!r} is not a date (YYYY-MM-DD) or an RFC 3339 instant "
+        raise ValueError(f"since: `{text}` is not a date (YYYY-MM-DD) or an RFC 3339 instant "
                          "(2026-12-01T12:00:00Z)") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)

@@ -271,6 +271,6 @@ def country_problem(code: str) -> str | None:
     if code in COUNTRIES:
         return None
     if code.upper() in COUNTRIES:
-        return f"country {code!r} must be upper case: {code.upper()!r}"
-    return (f"country {code[:40]!r} is not an ISO 3166-1 alpha-2 code (two letters such as "
+        return f"country `{code}` must be upper case: `{code.upper()}`"
+    return (f"country `{code[:40]}` is not an ISO 3166-1 alpha-2 code (two letters such as "
             "\"KR\", \"BR\", \"DE\"); leave it out if unknown")

@@ -131,7 +131,7 @@ def _avatar_url(raw: Any) -> str:
     except ValueError:
         host, parts = None, None
     if parts is None or parts.scheme != "https" or not host:
-        raise ProfileError("invalid_avatar_url", f"avatar_url {raw[:80]!r} is not an https URL "
+        raise ProfileError("invalid_avatar_url", f"avatar_url `{raw[:80]}` is not an https URL "
                                                  "with a host (https://cdn.example/a.png); "
                                                  "http and other schemes are refused")
     return raw

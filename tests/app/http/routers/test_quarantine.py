@@ -63,6 +63,9 @@ def test_hold_list_page_and_release_once(http):
     assert second["next_cursor"] is None  # the last page says so; no empty page after it
     assert http.get("/v1/admin/quarantine", headers=admin,
                     params={"since": "2026-12-02"}).json()["rows"] == []
+    since = http.get("/v1/admin/quarantine", headers=admin, params={"since": "soon"})
+    assert since.status_code == 422
+    assert since.json()["message"].startswith("since: `soon` is not a date")  # not a repr
     bad = http.get("/v1/admin/quarantine", headers=admin, params={"reason": "bogus"})
     assert bad.status_code == 422
     assert set(bad.json()) >= {"error", "message"}
