@@ -225,8 +225,20 @@ class SpeedLayer:
         try:
             return self.door.claim(accepted, at, writer, next_seq)
         except ClaimPending:
-            self.recover_claims(writer)
+            self._recover_dead(writer)
             return self.door.claim(accepted, at, writer, next_seq)
+
+    def _recover_dead(self, writer: str) -> int:
+        """Recover what a dead process of `writer` left (the caller holds its landing
+        lock): fold its landed files not folded yet, then settle its claims. A process
+        killed after landing, before folding, would otherwise leave rows the door now calls
+        retries missing from the live state until some repair. Folding first: if it fails,
+        the claims stay in flight and the next hit retries both."""
+        version = self.current()
+        pending = self.folder.pending(version, writer)
+        if pending:
+            self.folder.catch_up(version, pending)
+        return self.recover_claims(writer)
 
     def recover_claims(self, writer: str) -> int:
         """Settle the claims a dead process of `writer` left in flight from the lake: ids
@@ -257,7 +269,7 @@ class SpeedLayer:
         for writer in sorted(writers):
             with idle_writer(self.lake, writer) as idle:
                 if idle:
-                    self.recover_claims(writer)
+                    self._recover_dead(writer)
                     recovered += 1
         return recovered
 

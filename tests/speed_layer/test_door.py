@@ -78,9 +78,11 @@ def test_a_landing_that_fails_releases_its_claims(world):
     assert len(landed_ids(lake)) == table.num_rows
 
 
-def _killed_writer(lake: Path, url: str, writer: str) -> None:
-    """Writer `writer` in a real child process, SIGKILLed (the fault seam) after the door
-    claimed the batch's ids and before anything landed."""
+def _killed_writer(lake: Path, url: str, writer: str,
+                   checkpoint: str = "ingest.after_claim") -> None:
+    """Writer `writer` in a real child process, SIGKILLed (the fault seam) at `checkpoint`:
+    after the door claimed the batch's ids and before anything landed, or (after_land) once
+    its file landed, before the claim was settled or the file folded."""
     code = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parents[1])!r})
@@ -99,11 +101,12 @@ at, table = batches(random_stream(41, start=day("2026-11-28"), matches=40,
 with LandingWriter({str(lake)!r}, {writer!r}) as writer:
     Ingestor(registry, writer, speed).ingest(table, now=at, source="t")
 """
-    env = dict(os.environ, LEADERBOARD_FAULTS="ingest.after_claim=kill")
+    env = dict(os.environ, LEADERBOARD_FAULTS=f"{checkpoint}=kill")
     child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                            timeout=300)
     assert child.returncode == -9, child.stderr.decode()[-2000:]
-    assert landed_ids(lake) == []
+    if checkpoint == "ingest.after_claim":
+        assert landed_ids(lake) == []
 
 
 def test_a_writer_killed_between_claim_and_landing_has_its_claims_released(world,
@@ -149,6 +152,51 @@ def test_a_retry_at_another_writer_after_a_kill_between_claim_and_landing_lands_
     for player, total in sorted(points.items())[:10]:
         answer = boards.player("global", player, "all-time")
         assert answer["score"] == total, (player, answer)
+
+
+def _assert_counted_once(lake, registry, redis_client, at, table) -> None:
+    """Every player's merged all-time score is the sum of its batch's points (each row
+    counted once by the live state)."""
+    boards = Leaderboards(lake, registry, redis_client, now=lambda: at)
+    points: dict[str, int] = {}
+    for row in table.to_pylist():
+        points[row["player_id"]] = points.get(row["player_id"], 0) + row["points"]
+    for player, total in sorted(points.items())[:10]:
+        answer = boards.player("global", player, "all-time")
+        assert answer["score"] == total, (player, answer)
+
+
+def test_a_retry_after_a_kill_between_land_and_settle_is_a_retry_and_its_rows_count(
+        world, redis_server, redis_client):
+    """Writer a is killed after its file landed, before it settled the claim or folded the
+    file; the client's retry reaches writer b. b recovers a's claims: the ids whose rows
+    landed stay settled (the retry is a retry, nothing lands twice), and a's landed file is
+    folded then, so the merged reads count the rows b just answered as accepted. (Before,
+    b answered 200 "retry" while the live state lacked a's rows until some later repair.)"""
+    lake, registry, speed, at, table = world
+    _killed_writer(lake, redis_server.url, "a", "ingest.after_land")
+    assert len(landed_ids(lake)) == table.num_rows
+    with LandingWriter(lake, "b") as b:
+        retry = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (retry.accepted, retry.retries, retry.in_flight) == (0, table.num_rows, 0)
+        _assert_counted_once(lake, registry, redis_client, at, table)
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+    assert speed().door.writers_in_flight() == set()
+
+
+def test_a_writer_killed_between_land_and_settle_restarted_counts_its_rows(
+        world, redis_server, redis_client):
+    """The same kill, and the client resends to the restarted writer a: every row is a
+    retry, and the merged reads count a's landed rows (before, no file landed on the
+    resend, so nothing folded the dead process's file)."""
+    lake, registry, speed, at, table = world
+    _killed_writer(lake, redis_server.url, "a", "ingest.after_land")
+    with LandingWriter(lake, "a") as a:
+        again = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+        assert (again.accepted, again.retries, again.in_flight) == (0, table.num_rows, 0)
+        _assert_counted_once(lake, registry, redis_client, at, table)
+    assert len(landed_ids(lake)) == table.num_rows
 
 
 def test_a_live_writers_claims_are_never_recovered_by_another(world):
