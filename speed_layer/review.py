@@ -7,8 +7,9 @@ the batch and the speed layer each count it once. The quarantined rows stay wher
 (the quarantine is immutable); the ledger marks them released.
 
 Once, whatever the timing:
-- one release at a time per lake: the `release` landing writer's lock (a file lock on the
-  shared lake, so it holds across workers and hosts mounting it);
+- one release at a time per lake: the `release` landing writer's lock (an flock on the
+  lake, so it holds across the workers and processes of one host; like every landing
+  writer's lock, not across hosts sharing a network file system: docs/architecture.md);
 - the ledger entry is written before the rows land and counts only once its events file
   exists (`leaderboard.quarantine.read_releases`): a second release of a row is a no-op
   answered `already_released`, and a release that died before landing is simply redone;
