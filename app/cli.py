@@ -992,4 +992,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m app.cli` runs this file as __main__, a second copy of the module: commands
+    # in other modules (app.cli_reads, app.review) raise app.cli's UsageError, which this
+    # copy's `except` would not catch (a traceback instead of `error: ...`, exit 1 not 2).
+    from app.cli import main as imported_main
+
+    sys.exit(imported_main())

@@ -448,3 +448,22 @@ def test_a_refused_score_exits_nonzero_and_says_why(data, capsys, argv, code, sa
     assert main(["score", "submit", *argv]) == code
     assert says in capsys.readouterr().err
     assert not [r for r in landed_rows(data) if r["board"]]
+
+
+def test_python_m_app_cli_reports_usage_errors_of_every_command(tmp_path):
+    """`python -m app.cli` (how the tests and benchmarks start it): a usage error raised by
+    a command living in another module is `error: ...` and exit 2, like the installed
+    `leaderboard` script. Before, that module's UsageError was not the __main__ copy's, and
+    the command died with a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEADERBOARD_")}
+    for args in (["quarantine", "list", "--since", "nope"],
+                 ["profile", "set", "p1", "--name", ""]):
+        done = subprocess.run([sys.executable, "-m", "app.cli", "--data", str(tmp_path), *args],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: "), done.stderr
+        assert "Traceback" not in done.stderr
