@@ -20,7 +20,13 @@ import redis
 from leaderboard import faults
 from leaderboard.bans import banned_players, write_tombstone
 from leaderboard.batch_view import BatchView
-from leaderboard.lake import LandedFile, idle_writer, landed_files
+from leaderboard.lake import (
+    LandedFile,
+    compaction_records,
+    idle_writer,
+    landed_files,
+    parse_landed_name,
+)
 from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
 from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
@@ -250,16 +256,33 @@ class SpeedLayer:
             return 0
         since = min(f.next_seq for f in flights)
         landed: set[bytes] = set()
-        for found in landed_files(self.lake):
-            if found.writer == writer and found.seq >= since:
-                names = pq.read_schema(found.path).names  # `board`: direct scores' files
-                landed |= self.door.records_of(pq.read_table(
-                    found.path, columns=[c for c in ("match_id", "player_id", "board")
-                                         if c in names]))
+        for path in [f.path for f in landed_files(self.lake)
+                     if f.writer == writer and f.seq >= since] + self._compacted(writer, since):
+            names = pq.read_schema(path).names  # `board`: direct scores' files
+            landed |= self.door.records_of(pq.read_table(
+                path, columns=[c for c in ("match_id", "player_id", "board") if c in names]))
         for found in landed_files(self.lake, kind="quarantine"):  # rows held for rate
             if found.writer == writer and found.seq >= since:
                 landed |= self.door.records_of(held_ids(found.path))
         return self.door.recover(writer, landed, flights)
+
+    def _compacted(self, writer: str, since: int) -> list[Path]:
+        """The compacted files now holding rows of `writer`'s files from seq `since` on
+        (through compactions of compactions): a dead writer's landed file may be absorbed
+        and compacted before anyone recovers its claims, and its ids must stay settled."""
+        records = compaction_records(self.lake)
+        holding = {original for originals in records.values() for original in originals
+                   if (name := parse_landed_name(Path(original))) is not None
+                   and name[0] == writer and name[1] >= since}
+        grew = bool(holding)
+        while grew:
+            grew = False
+            for target, originals in records.items():
+                if target not in holding and not holding.isdisjoint(originals):
+                    holding.add(target)
+                    grew = True
+        return [self.lake / t for t in sorted(holding & records.keys())
+                if (self.lake / t).exists()]
 
     def recover_dead_writers(self, writers: Iterable[str]) -> int:
         """Recover the claims in flight of each of `writers` that is dead (its landing lock

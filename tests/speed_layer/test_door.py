@@ -13,9 +13,13 @@ import pytest
 import redis
 from lakes import batches, day, random_stream
 
+from jobs.batch import run_batch
+from jobs.compact import SpeedWatermark, compact_partition
 from leaderboard import faults
 from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.manifest import watermark_for
 from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
 from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
@@ -197,6 +201,44 @@ def test_a_writer_killed_between_land_and_settle_restarted_counts_its_rows(
         assert (again.accepted, again.retries, again.in_flight) == (0, table.num_rows, 0)
         _assert_counted_once(lake, registry, redis_client, at, table)
     assert len(landed_ids(lake)) == table.num_rows
+
+
+class _Killed(BaseException):
+    """A writer process killed at a fault checkpoint (in process: nothing after it runs)."""
+
+
+def test_a_dead_writers_file_compacted_before_recovery_still_settles_its_claims(
+        world, tmp_path):
+    """Writer a dies after landing, before settling; nobody hits its claims until the
+    night's batch absorbed the file and compaction rewrote the partition (a's file now
+    lives in a `part-compact-*` file, named in its compaction record). A retry then reaches
+    b: recovery must still see a's rows as landed (the old code looked for a's own file
+    only, released the ids, and b landed every row a second time)."""
+    lake, registry, speed, _at, _table = world
+    (at, table), (later, other) = batches(random_stream(41, start=START, matches=40,
+                                                        duplicate_share=0.0))[:2]
+    assert at.date() == later.date() == START.date()
+
+    def die(_name: str) -> None:
+        raise _Killed
+
+    a = LandingWriter(lake, "a")
+    with faults.injected("ingest.after_land", die), pytest.raises(_Killed):
+        Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+    a.close()  # the process is gone, its claim in flight
+    with LandingWriter(lake, "b") as b:
+        Ingestor(registry, b, speed()).ingest(other, now=later, source="t")
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
+    assert settings.lake_dir == lake
+    run_batch(settings, START.date())
+    compact_partition(lake, START.date(), speed=SpeedWatermark(
+        present=True, watermark=watermark_for(START.date()), version=f"{START.date()}.v"))
+    assert [f for f in landed_files(lake) if f.writer == "a"] == []  # compacted away
+    with LandingWriter(lake, "b") as b:
+        retry = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+    assert (retry.accepted, retry.retries, retry.in_flight) == (0, table.num_rows, 0)
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows + other.num_rows
 
 
 def test_a_live_writers_claims_are_never_recovered_by_another(world):
