@@ -686,10 +686,13 @@ class Folder:
                 del self.past_floor[key]
         return self._bases[tag]
 
-    def voids_of(self, table: pa.Table) -> VoidIndex:
+    def voids_of(self, table: pa.Table, *, any_void: bool | None = None) -> VoidIndex:
         """The voids naming a match of `table` (one HMGET of its matches; none while the
-        lake has no void)."""
-        if table.num_rows == 0 or not self.client.exists(VOIDS):
+        lake has no void). `any_void`: whether the voids hash exists, when the caller read
+        it already (the fold reads it with its other state: no round trip of its own)."""
+        if any_void is None:
+            any_void = bool(table.num_rows) and bool(self.client.exists(VOIDS))
+        if table.num_rows == 0 or not any_void:
             return VoidIndex()
         matches = pc.unique(table.column("match_id")).to_pylist()
         found = self.client.hmget(VOIDS, matches)
@@ -745,7 +748,8 @@ class Folder:
         read.smembers(BANNED)
         read.hget(progress_key(version.tag), f"floor:{writer}")
         read.get(CURRENT)
-        generation, banned_now, floor, pointer = read.execute()
+        read.exists(VOIDS)
+        generation, banned_now, floor, pointer, any_void = read.execute()
         if version.epoch is not None and not building and (
                 pointer is None or SpeedVersion.from_json(pointer).epoch != version.epoch):
             raise StateLost("the speed state lost its past (its epoch changed or is gone) "
@@ -753,7 +757,7 @@ class Folder:
         if banned is None:
             banned = {_decoded(b) for b in banned_now}
         # Voided rows never count (a void may come before its match lands).
-        original, voids = table, self.voids_of(table)
+        original, voids = table, self.voids_of(table, any_void=bool(any_void))
         table = voids.drop(table)
         calls = self.calls(version, writer, seq, table, mode=mode, banned=banned,
                            floor=-1 if floor is None else int(floor))
