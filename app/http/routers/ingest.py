@@ -23,12 +23,12 @@ from app.http.auth import (
 from app.http.config import MAX_BATCH_ROWS
 from app.http.errors import ApiError, documented
 from app.http.ratelimit import check_rate
-from app.http.service import ServiceDep
+from app.http.service import Service, ServiceDep
 from app.sources import unparseable_rows
 from leaderboard.schema import INPUT_FIELDS
 from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 
-__all__ = ["EVENT_BODY_SCHEMA", "router"]
+__all__ = ["EVENT_BODY_SCHEMA", "router", "server_and_body"]
 
 router = APIRouter(tags=["ingest"])
 
@@ -78,6 +78,28 @@ async def _read_body(request: Request, limit: int, advice: str | None = None) ->
             raise too_big
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def server_and_body(
+    service: Service, request: Request, bearer: HTTPAuthorizationCredentials | None,
+    x_api_key: str | None, x_signature: str | None, x_server_id: str | None,
+    x_timestamp: str | None, *, limit: int | None = None, advice: str | None = None,
+) -> tuple[str, bytes]:
+    """The game server a write comes from, and its body, for every route a server writes
+    by (events, scores, profiles): an API key is checked before the body is read, a
+    signature after (it covers the body); the body is bounded by `limit` (default: the
+    app's), `advice` saying what to send instead."""
+    keys = service.config.keys
+    server_id = check_server(keys, token_of(bearer, x_api_key),
+                             signed=bool(x_server_id and x_signature))
+    body = await _read_body(request, service.config.max_body_bytes if limit is None else limit,
+                            advice)
+    if server_id is None:
+        assert x_server_id is not None
+        assert x_signature is not None
+        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
+                                 service.settings.now())
+    return server_id, body
 
 
 def _events_of(body: bytes, max_rows: int) -> list[Any]:
@@ -210,14 +232,8 @@ async def ingest(
     within the idempotency horizon are dropped at the door, invalid rows are
     quarantined and answered with their reasons, the valid rows beside them land."""
     keys = service.config.keys
-    server_id = check_server(keys, token_of(bearer, x_api_key),
-                             signed=bool(x_server_id and x_signature))
-    body = await _read_body(request, service.config.max_body_bytes)
-    if server_id is None:
-        assert x_server_id is not None
-        assert x_signature is not None
-        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
-                                 service.settings.now())
+    server_id, body = await server_and_body(service, request, bearer, x_api_key, x_signature,
+                                            x_server_id, x_timestamp)
     events = _events_of(body, service.config.max_batch_rows)
     # Refused whole before anything is claimed or landed (429 with Retry-After).
     await run_in_threadpool(check_rate, service.client, keys, server_id, len(events))

@@ -20,13 +20,10 @@ from app.http.auth import (
     SERVER_BEARER,
     SERVER_KEY,
     SERVER_SIGNATURE,
-    check_server,
-    check_signed,
-    token_of,
 )
 from app.http.errors import ApiError, documented
 from app.http.params import PlayerId, json_answer
-from app.http.routers.ingest import _read_body
+from app.http.routers.ingest import server_and_body
 from app.http.service import Service, ServiceDep
 from leaderboard.profiles import (
     AVATAR_URL_MAX,
@@ -135,16 +132,10 @@ async def put_profile(
 ) -> Any:
     """A game server's credential, as for `POST /v1/events`. Latest write wins; every write
     is kept in the lake's profile log."""
-    keys = service.config.keys
-    server_id = check_server(keys, token_of(bearer, x_api_key),
-                             signed=bool(x_server_id and x_signature))
-    body = await _read_body(request, MAX_PROFILE_BODY,
-                            "a profile holds only display_name, country and avatar_url")
-    if server_id is None:
-        assert x_server_id is not None
-        assert x_signature is not None
-        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
-                                 service.settings.now())
+    server_id, body = await server_and_body(
+        service, request, bearer, x_api_key, x_signature, x_server_id, x_timestamp,
+        limit=MAX_PROFILE_BODY, advice="a profile holds only display_name, country and "
+                                       "avatar_url")
     try:
         profile = parse_profile(player_id, _fields(body))
     except ProfileError as exc:

@@ -18,14 +18,11 @@ from app.http.auth import (
     SERVER_BEARER,
     SERVER_KEY,
     SERVER_SIGNATURE,
-    check_server,
-    check_signed,
-    token_of,
 )
 from app.http.errors import ApiError, documented
 from app.http.params import BoardName
 from app.http.ratelimit import check_rate
-from app.http.routers.ingest import EVENT_SCHEMA, _read_body
+from app.http.routers.ingest import EVENT_SCHEMA, server_and_body
 from app.http.service import ServiceDep
 from app.sources import unparseable_rows
 from leaderboard.registry import Board
@@ -138,14 +135,8 @@ async def submit_score(
     it). Idempotent by (board, match_id, player_id): a retry within the idempotency horizon
     answers 200 with `retry: true` and counts nothing."""
     keys = service.config.keys
-    server_id = check_server(keys, token_of(bearer, x_api_key),
-                             signed=bool(x_server_id and x_signature))
-    body = await _read_body(request, service.config.max_body_bytes)
-    if server_id is None:
-        assert x_server_id is not None
-        assert x_signature is not None
-        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
-                                 service.settings.now())
+    server_id, body = await server_and_body(service, request, bearer, x_api_key, x_signature,
+                                            x_server_id, x_timestamp)
     found = service.board(board)
     if not found.direct:
         direct = [b.name for b in service.registry.boards if b.direct]
