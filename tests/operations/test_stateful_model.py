@@ -292,13 +292,17 @@ class OperationsMachine(RuleBasedStateMachine):
             assert (again.accepted, again.retries, again.in_flight) == (0, len(rows), 0), \
                 again.as_dict()
 
-    @rule(writer=st.sampled_from(["a", "b"]), matches=operations_events(PLAYERS))
+    @rule(writer=st.sampled_from(["a", "b"]), matches=operations_events(PLAYERS),
+          checkpoint=st.sampled_from(["ingest.after_claim", "ingest.after_land"]))
     def writer_killed_between_claim_and_land_then_retry_elsewhere(
-            self, writer: str, matches: list[dict[str, Any]]) -> None:
-        """A writer dies after the door claimed the batch and before it landed (the fault
-        seam's `ingest.after_claim`; in process: it sends no more commands and its landing
-        lock goes, as with kill -9); the client's retry reaches the other writer and lands
-        every row once; the dead writer, restarted, sees the same batch as a retry."""
+            self, writer: str, matches: list[dict[str, Any]], checkpoint: str) -> None:
+        """A writer dies after the door claimed the batch, before it landed
+        (`ingest.after_claim`), or after it landed, before it settled the claim or folded
+        the file (`ingest.after_land`); in process: it sends no more commands and its
+        landing lock goes, as with kill -9. The client's retry reaches the other writer:
+        every row lands once (after_claim), or is a retry whose landed rows the merged
+        answers count (after_land: the recovery folds the dead writer's file); the dead
+        writer, restarted, sees the same batch as a retry."""
         STATS["writer_killed_between_claim_and_land_then_retry_elsewhere"] += 1
         rows = self._new_rows(matches)
         dying = self.writers[writer]
@@ -307,14 +311,15 @@ class OperationsMachine(RuleBasedStateMachine):
             dying.client.fail_at(1)  # a dead process sends nothing more (no release)
             raise _Killed
 
-        with faults.injected("ingest.after_claim", die), pytest.raises(_Killed):
+        with faults.injected(checkpoint, die), pytest.raises(_Killed):
             self._ingest(writer, rows)
         dying.client.disarm()
         dying.close()  # the process is gone: its landing lock with it
         other = "b" if writer == "a" else "a"
         retry = self._ingest(other, rows)
-        assert (retry.accepted, retry.retries, retry.in_flight) == (len(rows), 0, 0), \
-            retry.as_dict()
+        landed = checkpoint == "ingest.after_land"
+        assert (retry.accepted, retry.retries, retry.in_flight) == (
+            (0, len(rows), 0) if landed else (len(rows), 0, 0)), retry.as_dict()
         assert retry.fold_error is None
         self._landed(rows)
         self.writers[writer] = _Writer(writer, self.lake, self.url)  # restarted
