@@ -14,7 +14,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from leaderboard.quarantine import list_quarantine, released_ids
+from leaderboard.quarantine import list_quarantine, released_at, released_ids
 from leaderboard.timeutil import to_utc
 from leaderboard.validation import REASONS
 
@@ -51,7 +51,8 @@ def quarantine_page(lake: Path, *, reason: str | None = None, since: datetime | 
                                         after=cursor)
     released = released_ids(lake) if rows else {}
     return {"count": len(rows), "next_cursor": next_cursor,
-            "rows": [row.as_dict(released=row.key in released) for row in rows]}
+            "rows": [row.as_dict(released=released_at(released, row) is not None)
+                     for row in rows]}
 
 
 def release_answer(speed: Any, ids: Sequence[str], now: datetime) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["QUARANTINE_ID_PATTERN", "RELEASE_WRITER", "QuarantineRow", "Release",
            "find_rows", "list_quarantine", "parse_quarantine_id", "read_releases",
-           "released_ids", "row_key", "write_release"]
+           "released_at", "released_ids", "row_key", "write_release"]
 
 #: The id of a quarantined row (see the module docstring).
 QUARANTINE_ID_PATTERN = (r"^\d{4}-\d{2}-\d{2}\.[a-z0-9_]{1,32}\.\d{1,12}\.\d{1,9}\."
@@ -71,9 +71,9 @@ def row_key(row_id: str) -> str:
     return f"{day}.{writer}.{seq}.{digest}"
 
 
-def _digest(values: Sequence[str | None]) -> str:
+def _digest(values: Sequence[str | None], size: int = 4) -> str:
     text = "\x1f".join("\x00" if v is None else v for v in values)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,10 @@ class QuarantineRow:
     detail: str
     source: str
     ingested_at: datetime
+    #: 16 hex digits of a hash of the values and reason: with the file, what the ledger
+    #: keys a release by. The id's 8 digits alone collide within a file of ~100k rows
+    #: (birthday bound), and a release of one row would then count as the other's.
+    fingerprint: str = ""
 
     def as_dict(self, released: bool = False) -> dict[str, Any]:
         return {"id": self.id, **self.values, "reason": self.reason, "detail": self.detail,
@@ -98,7 +102,8 @@ class QuarantineRow:
 
     @property
     def key(self) -> str:
-        return row_key(self.id)
+        """The ledger's key of this row: its file and fingerprint (`released_at`)."""
+        return f"{row_key(self.id)}.{self.fingerprint}"
 
 
 def _position(found: LandedFile) -> tuple[str, str, int]:
@@ -109,9 +114,9 @@ def _columns(table: pa.Table) -> dict[str, list[Any]]:
     return {name: table.column(name).to_pylist() for name in table.column_names}
 
 
-def _row_digest(columns: dict[str, list[Any]], row: int) -> str:
+def _row_digest(columns: dict[str, list[Any]], row: int, size: int = 4) -> str:
     return _digest([columns[name][row] if name in columns else None
-                    for name in (*INPUT_FIELDS, "reason")])
+                    for name in (*INPUT_FIELDS, "reason")], size)
 
 
 def _rows_of(found: LandedFile, columns: dict[str, list[Any]],
@@ -123,7 +128,8 @@ def _rows_of(found: LandedFile, columns: dict[str, list[Any]],
             values={name: columns[name][row] if name in columns else None
                     for name in INPUT_FIELDS},
             reason=columns["reason"][row], detail=columns["detail"][row],
-            source=columns["source"][row], ingested_at=to_utc(columns["ingested_at"][row]))
+            source=columns["source"][row], ingested_at=to_utc(columns["ingested_at"][row]),
+            fingerprint=_row_digest(columns, row, 8))
 
 
 def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | None = None,
@@ -194,6 +200,9 @@ class Release:
     #: Set once the events file landed: from then on the entry alone says "done", so
     #: compaction or retention removing that file later changes nothing.
     landed: bool = False
+    #: The rows' `QuarantineRow.key`s (empty in entries written before keys were kept:
+    #: those count by `row_key` of their ids).
+    keys: tuple[str, ...] = ()
 
 
 def _ledger(lake: Path) -> Path:
@@ -206,7 +215,8 @@ def write_release(lake: Path, release: Release) -> None:
     # Row ids only (file, row, digest): no player id is written here, so an erasure has
     # nothing to scrub in the ledger.
     payload = {"seq": release.seq, "released_at": format_instant(release.released_at),
-               "landed": release.landed, "rows": list(release.rows)}
+               "landed": release.landed, "rows": list(release.rows),
+               "keys": list(release.keys)}
     atomic_write_bytes(_ledger(lake) / f"{release.seq:012d}.json",
                        json.dumps(payload, indent=1).encode())
 
@@ -228,7 +238,7 @@ def read_releases(lake: Path) -> list[Release]:
                 continue  # died before landing: not released
         found.append(Release(
             raw["seq"], to_utc(datetime.fromisoformat(raw["released_at"])),
-            tuple(raw["rows"]), True))
+            tuple(raw["rows"]), True, tuple(raw.get("keys", ()))))
     return found
 
 
@@ -244,6 +254,13 @@ def _release_seqs(lake: Path) -> set[int]:
 
 
 def released_ids(lake: Path) -> dict[str, datetime]:
-    """`row_key` of every row a done release landed -> when."""
-    return {row_key(row_id): release.released_at
-            for release in read_releases(lake) for row_id in release.rows}
+    """The key of every row a done release landed -> when (`QuarantineRow.key`, or
+    `row_key` of its id for an entry written before keys were kept); ask with
+    `released_at`."""
+    return {key: release.released_at for release in read_releases(lake)
+            for key in (release.keys or tuple(row_key(i) for i in release.rows))}
+
+
+def released_at(done: dict[str, datetime], row: QuarantineRow) -> datetime | None:
+    """When a done release (`released_ids`) landed `row`, None if none did."""
+    return done.get(row.key, done.get(row_key(row.id)))

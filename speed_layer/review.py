@@ -38,6 +38,7 @@ from leaderboard.quarantine import (
     QuarantineRow,
     Release,
     find_rows,
+    released_at,
     released_ids,
     write_release,
 )
@@ -111,9 +112,9 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                 outcomes[row_id] = Outcome(row_id, "not_found",
                                            f"no quarantined row {row_id}: list them with "
                                            "`leaderboard quarantine list`")
-            elif row.key in done:
+            elif (at := released_at(done, row)) is not None:
                 outcomes[row_id] = Outcome(row_id, "already_released",
-                                           f"released at {format_instant(done[row.key])}; "
+                                           f"released at {format_instant(at)}; "
                                            "nothing more lands")
             else:
                 todo.append(row)
@@ -169,7 +170,8 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
     if not landing:
         return None
     to_land = pa.concat_tables([accepted.filter(pa.array(held)), kept])
-    release = Release(writer.next_seq, now, tuple(r.id for r in landing))
+    release = Release(writer.next_seq, now, tuple(r.id for r in landing),
+                      keys=tuple(r.key for r in landing))
     write_release(speed.lake, release)
     prev = writer.last_event_seq
     try:

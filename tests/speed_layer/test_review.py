@@ -178,3 +178,29 @@ def test_a_release_stays_done_after_compaction_removes_its_file(tmp_path, redis_
     entry.write_text(json.dumps({**unmarked, "landed": False}))
     assert release_rows(speed, [row.id], LATER)[0][0].status == "already_released"
     assert _events(settings.lake_dir) == [("m1", "gus"), ("m2", "gus")]
+
+
+def test_rows_whose_short_digests_collide_are_released_apart(tmp_path, redis_client):
+    """Two held rows of one quarantine file whose ids carry the same 8-digit digest (a
+    pair found by search; ~1 such pair is expected in a file of 100k rows): releasing one
+    neither marks nor blocks the other. Before, the ledger keyed releases by file and that
+    digest, so the second was listed `released` and answered `already_released` without
+    ever landing."""
+    from leaderboard.quarantine import released_at, released_ids
+
+    settings = _settings(tmp_path, limit=1)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m0", "zed", 1, "na"), ("m80564", "zed", 1, "na"),
+                              ("m137919", "zed", 1, "na")])
+    first, second = list_quarantine(settings.lake_dir)[0]
+    assert first.id.rsplit(".", 1)[1] == second.id.rsplit(".", 1)[1]  # the premise
+    assert [o.status for o in release_rows(speed, [first.id], LATER)[0]] == ["released"]
+    done = released_ids(settings.lake_dir)
+    listed, _ = list_quarantine(settings.lake_dir)
+    assert [(r.values["match_id"], released_at(done, r) is not None) for r in listed] == [
+        ("m80564", True), ("m137919", False)]
+    assert [o.status for o in release_rows(speed, [second.id], LATER)[0]] == ["released"]
+    assert [o.status for o in release_rows(speed, [second.id], LATER)[0]] == [
+        "already_released"]
+    assert _events(settings.lake_dir).count(("m137919", "zed")) == 1
+    assert _top(settings, redis_client) == [("zed", 3)]
