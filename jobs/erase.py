@@ -231,12 +231,14 @@ def _versions(lake: Path, player: str, rollups: set[str],
 
 
 def _releases(lake: Path, player: str, report: LakeErasure) -> None:
-    """The quarantine releases' ledger names each released row's identity: drop the
-    player's rows from every entry."""
+    """Drop the player's rows from every entry of the quarantine releases' ledger. Entries
+    name rows by id only (`leaderboard.quarantine`: no player id, nothing to drop); an
+    entry naming rows by identity (a dict with player_id) loses the player's."""
     folder = lake / "quarantine_releases"
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         raw = json.loads(path.read_text())
-        rows = [r for r in raw.get("rows", []) if r.get("player_id") != player]
+        rows = [r for r in raw.get("rows", [])
+                if not (isinstance(r, dict) and r.get("player_id") == player)]
         if len(rows) != len(raw.get("rows", [])):
             report.rows += len(raw["rows"]) - len(rows)
             report.files += 1
