@@ -6,7 +6,8 @@ part-<writer>-<seq>.parquet`, its row in that file, 8 hex digits of a hash of it
 and reason), e.g. `2026-12-01.http.12.3.5f0c2a9e`. Quarantine files are written once; an
 erasure may rewrite one without a player's rows, moving later rows up, so a row is found
 by its digest at or above the row number it was listed at, and the ledger keys a release
-by file and digest (`row_key`), not by row number. A listing walks files in (ingest_date,
+by file and a 16-digit fingerprint of the row (`QuarantineRow.key`; the id's 8 digits
+collide within a large file), not by row number. A listing walks files in (ingest_date,
 writer, seq) order, and its cursor is the id of the last row returned.
 
 A release re-lands chosen rows (`speed_layer.review`). Its ledger is one JSON file per
