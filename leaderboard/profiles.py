@@ -163,11 +163,14 @@ def profiles_dir(lake: Path) -> Path:
     return lake / "profiles"
 
 
-def _order(at: datetime) -> str:
-    """Text that sorts as the writes happened: the write's time (the product clock, so a
-    replayed `--now` orders as told), then the wall clock in ns, then 32 random bits."""
+def _orders(at: datetime, count: int) -> list[str]:
+    """Texts that sort as the writes happened: the write's time (the product clock, so a
+    replayed `--now` orders as told), then the wall clock in ns, then 32 random bits. The
+    writes of one call take the clock once and count up from it, so a later one of them
+    wins even when the clock reads the same ns twice or steps back between them."""
     micros = int(to_utc(at).timestamp() * 1_000_000) + (1 << 60)  # positive before 1970
-    return f"{micros:016x}{time.time_ns():016x}{secrets.randbits(32):08x}"
+    ns = time.time_ns()
+    return [f"{micros:016x}{ns + i:016x}{secrets.randbits(32):08x}" for i in range(count)]
 
 
 def write_profile(lake: Path, profile: Profile, at: datetime, source: str) -> Profile:
@@ -183,8 +186,8 @@ def write_profiles(lake: Path, profiles: Sequence[Profile], at: datetime, source
     if not profiles:
         return []
     at = to_utc(at)
-    stored = [Profile(p.player_id, p.display_name, p.country, p.avatar_url, at, _order(at))
-              for p in profiles]
+    stored = [Profile(p.player_id, p.display_name, p.country, p.avatar_url, at, order)
+              for p, order in zip(profiles, _orders(at, len(profiles)), strict=True)]
     write_ids = [uuid.uuid4().hex for _ in stored]
     table = pa.table({"player_id": [p.player_id for p in stored],
                       "display_name": [p.display_name for p in stored],

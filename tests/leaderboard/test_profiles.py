@@ -22,6 +22,7 @@ from leaderboard.profiles import (
     profiles_dir,
     read_log,
     write_profile,
+    write_profiles,
 )
 
 AT = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -95,6 +96,19 @@ def test_latest_write_wins_and_the_history_is_kept(lake):
     write_profile(lake, Profile("p1", "Old"), AT - timedelta(days=1), "cli")
     assert latest_profiles(lake)["p1"].display_name == "Annie"
     assert [p.display_name for p in history_of(lake, "p1")] == ["Old", "Ann", "Annie"]
+
+
+def test_the_later_of_one_import_wins_whatever_the_clock_reads(lake, monkeypatch):
+    """An import naming a player twice: the later row wins, also when the wall clock reads
+    the same ns for both and the random tie-breakers fall the other way. Before, each row
+    read the clock on its own and the tie-breaker decided."""
+    import leaderboard.profiles as profiles
+
+    monkeypatch.setattr(profiles.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    draws = iter([0xFFFFFFFF, 0])
+    monkeypatch.setattr(profiles.secrets, "randbits", lambda _bits: next(draws))
+    write_profiles(lake, [Profile("p", "first"), Profile("p", "second")], AT, "cli")
+    assert latest_profiles(lake)["p"].display_name == "second"
 
 
 def test_compaction_keeps_every_write_and_reads_the_same(lake):
