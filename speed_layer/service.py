@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -217,9 +218,18 @@ class SpeedLayer:
         rebuild)."""
         self.current()
         admission = self._claim(accepted, at, writer, next_seq)
-        if admission.busy.any() and self.recover_dead_writers(admission.holders - {writer}):
-            admission.claim.release()
-            admission = self._claim(accepted, at, writer, next_seq)
+        if admission.busy.any():
+            try:
+                recovered = self.recover_dead_writers(admission.holders - {writer})
+            except BaseException:
+                # Nothing lands: this claim must not stay in flight at a live writer (every
+                # copy elsewhere would be answered "retry later" until its next claim).
+                with suppress(redis.RedisError):
+                    admission.claim.release()
+                raise
+            if recovered:
+                admission.claim.release()
+                admission = self._claim(accepted, at, writer, next_seq)
         kept = ~(admission.seen | admission.busy)
         return Admitted(accepted if kept.all() else accepted.filter(pa.array(kept)),
                         int(admission.seen.sum()), accepted.filter(pa.array(admission.busy)),

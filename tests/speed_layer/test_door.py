@@ -241,6 +241,39 @@ def test_a_dead_writers_file_compacted_before_recovery_still_settles_its_claims(
     assert len(ids) == len(set(ids)) == table.num_rows + other.num_rows
 
 
+def test_a_recovery_that_fails_leaves_no_claim_in_flight_at_the_live_writer(
+        world, monkeypatch):
+    """b's batch holds rows a dead writer a claimed and landed, and new rows. b claims the
+    new rows, then recovering a fails (Redis drops mid-fold): b raises, nothing landed, and
+    b's own claim is released (before, it stayed in flight at b, alive, so the client's
+    resend at writer c was answered "retry later" until b's next request)."""
+    lake, registry, speed, at, table = world
+    dead = table.slice(0, table.num_rows // 2)
+
+    def die(_name: str) -> None:
+        raise _Killed
+
+    a = LandingWriter(lake, "a")
+    with faults.injected("ingest.after_land", die), pytest.raises(_Killed):
+        Ingestor(registry, a, speed()).ingest(dead, now=at, source="t")
+    a.close()
+    layer = speed()
+
+    def blip(*_args: object, **_kwargs: object) -> int:
+        raise redis.ConnectionError("injected: Redis went away mid-fold")
+
+    monkeypatch.setattr(layer.folder, "catch_up", blip)
+    with LandingWriter(lake, "b") as b, LandingWriter(lake, "c") as c:  # b stays alive
+        with pytest.raises(redis.ConnectionError):
+            Ingestor(registry, b, layer).ingest(table, now=at, source="t")
+        assert layer.door.writers_in_flight() == {"a"}  # a's stay until a recovery folds
+        resend = Ingestor(registry, c, speed()).ingest(table, now=at, source="t")
+    assert (resend.accepted, resend.retries, resend.in_flight) == (
+        table.num_rows - dead.num_rows, dead.num_rows, 0), resend.as_dict()
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+
+
 def test_a_live_writers_claims_are_never_recovered_by_another(world):
     """A writer that holds its landing lock is alive: another writer's claim of the same ids
     answers them in flight, whatever the wait, and leaves the claim alone."""
