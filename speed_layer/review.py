@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import redis
 
+from leaderboard.erasure import ErasureLedger
 from leaderboard.lake import LandingWriter, WriterBusy
 from leaderboard.quarantine import (
     RELEASE_WRITER,
@@ -112,6 +113,10 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                 outcomes[row_id] = Outcome(row_id, "not_found",
                                            f"no quarantined row {row_id}: list them with "
                                            "`leaderboard quarantine list`")
+            elif row.reason == "erased":  # it holds a hash of the id, never the id
+                outcomes[row_id] = Outcome(row_id, "rejected",
+                                           "the player's data was erased; this row keeps only "
+                                           "a hash of the id and can never land", "erased")
             elif (at := released_at(done, row)) is not None:
                 outcomes[row_id] = Outcome(row_id, "already_released",
                                            f"released at {format_instant(at)}; "
@@ -126,8 +131,10 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
           outcomes: dict[str, Outcome]) -> str | None:
     table = pa.table({name: pa.array([r.values[name] for r in todo], pa.string())
                       for name in INPUT_FIELDS})
+    # The erasure ledger too: a row of a player erased since it was quarantined is refused.
     validated = validate_events(table, speed.registry, now=now, ingested_at=now,
-                                source=f"release:{RELEASE_WRITER}")
+                                source=f"release:{RELEASE_WRITER}",
+                                erased=ErasureLedger.load(speed.lake))
     failed = set(validated.rejected_rows.tolist())
     for k, reason, detail in zip(validated.rejected_rows.tolist(),
                                  validated.rejected.column("reason").to_pylist(),

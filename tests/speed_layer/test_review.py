@@ -204,3 +204,24 @@ def test_rows_whose_short_digests_collide_are_released_apart(tmp_path, redis_cli
         "already_released"]
     assert _events(settings.lake_dir).count(("m137919", "zed")) == 1
     assert _top(settings, redis_client) == [("zed", 3)]
+
+
+def test_an_erased_players_rows_are_never_released(tmp_path, redis_client):
+    """A held row of a player erased since it was quarantined (the erasure raced the
+    ingest, or the row was listed before it) is refused by the erasure ledger; a row
+    quarantined `erased` (it holds only a hash of the id) is refused as such. Before, the
+    release validated without the ledger and landed the erased player's event again."""
+    from leaderboard.erasure import record_erasure
+
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [(f"m{n}", "vic", 1, "na") for n in range(3)])
+    record_erasure(settings.lake_dir, "vic", NOW)  # its held row is still quarantined
+    record_erasure(settings.lake_dir, "una", NOW)
+    _ingest(settings, speed, [("m9", "una", 9, "na")], NOW + timedelta(minutes=1))
+    rows, _ = list_quarantine(settings.lake_dir)
+    assert [r.reason for r in rows] == ["implausible_rate", "erased"]
+    outcomes, _ = release_rows(speed, [r.id for r in rows], LATER)
+    assert [(o.status, o.reason) for o in outcomes] == [("rejected", "erased"),
+                                                        ("rejected", "erased")]
+    assert _events(settings.lake_dir) == [("m0", "vic"), ("m1", "vic")]
