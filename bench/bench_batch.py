@@ -8,8 +8,16 @@ with the same shape) and prints, as same-run ratios:
    files (best of --floor-repeats); goal <= 4x. Where the full run's time goes: the stages
    between run_batch's step messages, and inside them each engine SQL statement and each
    publish step (timed by wrapping them from here; nothing in jobs/ changes).
+   Issue 13 goal 2: the full recompute against ONE plain DuckDB statement on the same lake,
+   measured in the same run (dedupe with first ingested wins, explode every event into its
+   boards and windows, apply the counting rule, sum, rank with competition ranks, add the
+   percentile, COPY to Parquet partitioned by board), with the standings compared row for
+   row (board, window, player, score, rank); goal <= 0.5x. Goal 5: DuckDB's peak memory under
+   --memory-limit and its peak spill against the bytes the run wrote (both sampled from
+   `duckdb_memory()` on a second connection).
 2. one new day incremental against the full recompute (publish as of the day before in full,
-   then run the last day incrementally); goal <= 0.2.
+   then run the last day incrementally), with the standings rows rewritten over the rows
+   published (which bounds it); goal <= 0.25 (issue 13 goal 3).
 3. the DuckDB engine against a plain pandas implementation of the same job (dedupe by
    (match_id, player_id), first ingested wins; global board, all-time and daily windows:
    groupby + sum + rank(method='min')), on the same data (--pandas-days to subset); the same
@@ -28,12 +36,13 @@ Usage: python bench/bench_batch.py [--players 1000000] [--events 20000000] [--da
        [--dirty 0.02] [--seed 0] [--cache DIR] [--regenerate] [--floor-repeats 3]
        [--memory-limit 8GB] [--temp-limit 30GB] [--pandas-days N]
        [--spark-events 1000000] [--spark-players 50000]
-       [--skip full,incremental,pandas,spark] [--quick]
+       [--skip full,plain,incremental,pandas,spark] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import json
@@ -44,6 +53,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import defaultdict
@@ -73,6 +83,8 @@ import jobs.batch as batch
 import jobs.publish as publish
 from app.generate import GenerateSpec
 from app.season import generate_season
+from jobs.spec import calendar_table
+from leaderboard.bans import banned_players
 from leaderboard.lake import landed_files
 from leaderboard.manifest import watermark_for
 from leaderboard.registry import load_registry
@@ -175,6 +187,42 @@ def _data_dir(season: Season, scratch: Path, name: str) -> Iterator[Settings]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+# -- memory and spill ------------------------------------------------------------------------
+
+
+class MemoryPeaks:
+    """Peak DuckDB memory and peak spill (temporary storage) of one database, sampled from a
+    second connection every `every` seconds while the watched work runs (DuckDB's own
+    accounting, `duckdb_memory()`; not the process's RSS, which adds Arrow and Python)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, every: float = 0.1) -> None:
+        self.memory = 0
+        self.spill = 0
+        self._cursor = con.cursor()
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                memory, spill = self._cursor.execute(
+                    "SELECT sum(memory_usage_bytes), sum(temporary_storage_bytes) "
+                    "FROM duckdb_memory()").fetchall()[0]
+            except duckdb.Error:  # the database closed: the run is over
+                return
+            self.memory = max(self.memory, int(memory or 0))
+            self.spill = max(self.spill, int(spill or 0))
+
+    def stop(self) -> MemoryPeaks:
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(duckdb.Error):
+            self._cursor.close()
+        return self
+
+
 # -- timing run_batch --------------------------------------------------------------------------
 
 
@@ -190,6 +238,7 @@ class Timeline:
     cpu: float = 0.0  # CPU seconds of the run (see _cpu)
     error: str = ""  # why the run failed, if it did (the times then run up to the failure)
     on_step: Callable[[str], None] | None = None
+    memory: MemoryPeaks | None = None  # DuckDB's peak memory and spill, when watched
 
     def step(self, message: str) -> None:
         self.steps.append((time.perf_counter(), message))
@@ -327,6 +376,8 @@ def _engines(timeline: Timeline, instrument: bool) -> Iterator[None]:
         con = getattr(engine, "con", None)
         if isinstance(con, duckdb.DuckDBPyConnection):
             _apply_limits(con, LIMITS)
+            if timeline.memory is None:
+                timeline.memory = MemoryPeaks(con)
             if instrument:
                 engine.con = _TimedConnection(con, timeline)
         if instrument:
@@ -384,6 +435,8 @@ def _run(settings: Settings, as_of: date, progress: Progress, label: str, *, eng
             timeline.ended = time.perf_counter()
             timeline.cpu = _cpu() - cpu
     finally:
+        if timeline.memory is not None:
+            timeline.memory.stop()
         progress.remove_task(task)
     return result, timeline
 
@@ -417,6 +470,87 @@ def _floor(files: list[str], repeats: int) -> tuple[float, float, int]:
         del table
     con.close()
     return best, best_cpu, rows
+
+
+def _plain_statement(files: list[str], as_of: date, lake: Path, out: Path
+                     ) -> tuple[float, float, int, MemoryPeaks]:
+    """Issue 13's baseline: the whole job as ONE plain DuckDB statement over the landed files
+    (dedupe with first ingested wins, explode every event into its boards and windows, apply
+    the counting rule, sum, rank with competition ranks, add the percentile, write Parquet
+    partitioned by board). Wall and CPU seconds and the rows written. The calendar comes from
+    the same core table the engines use (window ids are not the point)."""
+    registry = load_registry()
+    first = as_of - timedelta(days=400)
+    calendar = calendar_table(registry, first, as_of + _DAY)
+    boards = pa.table({
+        "board": [b.name for b in registry.boards for _ in b.windows],
+        "scope_key": ["global" if b.scope == "global" else f"{b.scope}:{b.scope_value}"
+                      for b in registry.boards for _ in b.windows],
+        "kind": [k for b in registry.boards for k in b.windows],
+        "grace_us": pa.array([int(b.grace.total_seconds()) * 1_000_000
+                              for b in registry.boards for _ in b.windows], pa.int64()),
+    })
+    banned = pa.table({"player_id": pa.array(sorted(banned_players(
+        lake, before=watermark_for(as_of))), pa.string())})
+    con = _connect()
+    for name, table in (("calendar_t", calendar), ("boards_t", boards), ("banned_t", banned)):
+        con.register(name, table)
+    peaks = MemoryPeaks(con)
+    cpu = _cpu()
+    began = time.perf_counter()
+    con.execute(f"""
+        COPY (
+            WITH events AS (
+                SELECT player_id, points, event_time, region, mode, ingested_at,
+                       coalesce(backfill, false) AS backfill
+                FROM read_parquet($files, filename = true, hive_partitioning = false,
+                                  union_by_name = true)
+                WHERE ingested_at < $watermark
+                QUALIFY row_number() OVER (PARTITION BY match_id, player_id
+                                           ORDER BY ingested_at, filename) = 1
+            ), exploded AS (
+                SELECT b.board, c.window_id, e.player_id, e.points
+                FROM events e
+                JOIN calendar_t c ON c.event_date = e.event_time::DATE
+                JOIN boards_t b ON b.kind = c.kind
+                 AND b.scope_key IN ('global', 'region:' || e.region, 'mode:' || e.mode)
+                WHERE (c.window_end_us IS NULL OR e.backfill
+                       OR epoch_us(e.ingested_at) <= c.window_end_us + b.grace_us)
+                  AND e.player_id NOT IN (SELECT player_id FROM banned_t)
+            ), totals AS (
+                SELECT board, window_id, player_id, sum(points)::BIGINT AS score
+                FROM exploded GROUP BY ALL
+            )
+            SELECT board, window_id, player_id, score,
+                   rank() OVER (PARTITION BY board, window_id ORDER BY score DESC) AS rank,
+                   100.0 * (count(*) OVER (PARTITION BY board, window_id) - rank + 1)
+                       / count(*) OVER (PARTITION BY board, window_id) AS percentile
+            FROM totals
+        ) TO '{out}' (FORMAT parquet, PARTITION_BY (board), COMPRESSION zstd)
+    """, {"files": files, "watermark": watermark_for(as_of)})
+    wall, used = time.perf_counter() - began, _cpu() - cpu
+    peaks.stop()
+    rows = con.sql(f"SELECT count(*) FROM read_parquet('{out}/**/*.parquet')").fetchall()[0][0]
+    con.close()
+    return wall, used, int(rows), peaks
+
+
+def _same_standings(plain: Path, lake: Path, as_of: date) -> tuple[int, int]:
+    """Rows of the product's published standings and rows that differ from the plain
+    statement's (board, window_id, player_id, score, rank), both ways; 0 means identical."""
+    con = _connect()
+    product = f"{lake}/standings/as_of={as_of.isoformat()}/**/*.parquet"
+    count, differ = con.sql(f"""
+        WITH p AS (SELECT board, window_id, player_id, score, rank
+                   FROM read_parquet('{product}', hive_partitioning = true)),
+             q AS (SELECT board, window_id, player_id, score, rank
+                   FROM read_parquet('{plain}/**/*.parquet', hive_partitioning = true))
+        SELECT (SELECT count(*) FROM p),
+               (SELECT count(*) FROM (FROM p EXCEPT ALL FROM q))
+               + (SELECT count(*) FROM (FROM q EXCEPT ALL FROM p))
+    """).fetchall()[0]
+    con.close()
+    return int(count), int(differ)
 
 
 _GRACE = timedelta(days=7)  # the default registry's grace; daily windows count late events
@@ -573,6 +707,55 @@ def _failed(console: Console, title: str, timeline: Timeline) -> None:
     _breakdown(console, f"{title}: where the time went before it failed", timeline)
 
 
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
+def _output_bytes(lake: Path) -> int:
+    """Bytes of the files a run wrote: rollups, standings, histograms (a fresh data dir holds
+    one run's)."""
+    return sum(p.stat().st_size for part in ("rollups", "standings", "histograms")
+               for p in (lake / part).rglob("*.parquet"))
+
+
+def _memory_figures(run: Timeline, lake: Path) -> list[tuple[str, str]]:
+    """Issue 13 goal 5: inside the memory limit, spilling no more than the output's size."""
+    if run.memory is None:
+        return []
+    output = _output_bytes(lake)
+    return [
+        (f"DuckDB peak memory (limit {LIMITS.get('memory_limit') or 'default'})",
+         _gib(run.memory.memory)),
+        ("DuckDB peak spill / bytes written (goal: spill <= output)",
+         f"{_gib(run.memory.spill)} / {_gib(output)}"
+         f" ({'met' if run.memory.spill <= output else 'NOT met'})"),
+    ]
+
+
+def _plain_figures(files: list[str], as_of: date, lake: Path, scratch: Path, full: Timeline,
+                   progress: Progress) -> list[tuple[str, str]]:
+    """Issue 13 goal 2: the full recompute against the plain statement, same lake, same run,
+    with the standings compared row for row."""
+    task = progress.add_task("plain SQL statement (issue 13 baseline)", total=None)
+    out = scratch / "plain"
+    try:
+        wall, cpu, rows, peaks = _plain_statement(files, as_of, lake, out)
+        compared, differ = _same_standings(out, lake, as_of)
+    finally:
+        progress.remove_task(task)
+        shutil.rmtree(out, ignore_errors=True)
+    return [
+        (f"plain statement (one DuckDB COPY: dedupe, explode, count, sum, rank, percentile, "
+         f"Parquet by board; peak memory {_gib(peaks.memory)}, spill {_gib(peaks.spill)})",
+         f"{_per(wall, cpu)} ({rows:,} rows)"),
+        ("standings identical (board, window, player, score, rank; rows differing both ways)",
+         f"{'yes' if differ == 0 and compared == rows else 'NO'}: {compared:,} rows, "
+         f"{differ:,} differ"),
+        ("full recompute / plain statement, wall", _ratio(full.seconds / wall, "<= 0.5x")),
+        ("full recompute / plain statement, CPU", _ratio(full.cpu / cpu, "<= 0.5x")),
+    ]
+
+
 def _section_full(season: Season, scratch: Path, args: argparse.Namespace, console: Console,
                   progress: Progress) -> Timeline | None:
     """Sections 1 and 2; returns the full recompute's timeline (None if skipped or failed)."""
@@ -605,6 +788,9 @@ def _section_full(season: Season, scratch: Path, args: argparse.Namespace, conso
             ("full recompute / floor, wall", _ratio(full.seconds / floor_s, "<= 4x")),
             ("full recompute / floor, CPU", _ratio(full.cpu / floor_cpu, "<= 4x")),
         ]
+        figures += _memory_figures(full, settings.lake_dir)
+        if "plain" not in args.skip:
+            figures += _plain_figures(files, as_of, settings.lake_dir, scratch, full, progress)
         _figures(console, title, figures)
         _breakdown(console, "full recompute: where the time goes", full)
         if "incremental" in args.skip:
@@ -620,6 +806,7 @@ def _section_full(season: Season, scratch: Path, args: argparse.Namespace, conso
         if incremental is None:
             _failed(console, "2. incremental", inc)
             return full
+        published = sum(b["rows"] for b in incremental.manifest.boards.values())
         figures = [
             ("full recompute as of the day before",
              f"{_per(before.seconds, before.cpu)} ({previous.events:,} events)"),
@@ -627,11 +814,14 @@ def _section_full(season: Season, scratch: Path, args: argparse.Namespace, conso
              f"{incremental.mode} / {incremental.events:,}"),
             ("board-windows rebuilt / standings rows written",
              f"{incremental.windows_built:,} / {incremental.standings_rows:,}"),
+            ("standings rows rewritten / rows published (bounds the ratio below)",
+             f"{incremental.standings_rows:,} / {published:,} = "
+             f"{incremental.standings_rows / max(published, 1):.2f}"),
             ("incremental", _per(inc.seconds, inc.cpu)),
-            ("incremental / full recompute (same as_of), wall",
-             _ratio(inc.seconds / full.seconds, "<= 0.2")),
-            ("incremental / full recompute (same as_of), CPU",
-             _ratio(inc.cpu / full.cpu, "<= 0.2")),
+            ("one new day / full recompute (same as_of), wall",
+             _ratio(inc.seconds / full.seconds, "<= 0.25, issue 13 goal 3")),
+            ("one new day / full recompute (same as_of), CPU",
+             _ratio(inc.cpu / full.cpu, "<= 0.25")),
         ]
         _figures(console, "2. one new day incremental vs full recompute", figures)
         _breakdown(console, "incremental: where the time goes", inc)
@@ -789,7 +979,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spark-players", type=int, default=50_000)
     parser.add_argument("--skip", default="",
                         help="comma list of: full (the engine runs of sections 1-3; the floor "
-                             "still runs), incremental, pandas, spark")
+                             "still runs), plain (issue 13's one-statement baseline), "
+                             "incremental, pandas, spark")
     parser.add_argument("--quick", action="store_true",
                         help="a small run: 100k players, 2M events, Spark 200k/800k events")
     args = parser.parse_args(argv)

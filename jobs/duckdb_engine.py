@@ -14,6 +14,7 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
+from jobs.rank_stream import rank_stream
 from jobs.spec import (
     CARRY_SCHEMA,
     DEPTH_BUCKETS,
@@ -87,6 +88,9 @@ _ROLLUP_COLUMNS = """
 """
 
 
+#: A packed (time, match code) pair: time * _PACK + code, with 0 <= code < _PACK.
+_PACK = 2**32
+
 #: A carried window's previous standings row as a partial aggregate of the same shape as an
 #: exploded rollup row: each aggregation's state is its score with its time mark (a sum's
 #: total, a max/min's best with the earliest time reaching it, a last's points with its
@@ -117,8 +121,9 @@ _STATE_EMPTY = pa.table({
 def histogram_sql(source: str) -> str:
     """The histogram rows (bw, kind, bucket, lower, upper, players, rank_from, rank_to) of
     the ranked rows in relation `source` (bw, score, rank, rn, total): equal-width score
-    buckets and equal-depth rank buckets per bw. Shared by the batch and by an erasure,
-    which re-ranks the windows a player leaves."""
+    buckets and equal-depth rank buckets per bw. For an erasure, which re-ranks the windows a
+    player leaves; the batch computes the same rows from its (bw, sort key) groups without
+    ranking every row (DuckDBEngine._histograms)."""
     return f"""
             WITH b AS (
                 SELECT bw, score, rank, rn, total,
@@ -313,6 +318,12 @@ class DuckDBEngine:
         jobs.spec.CARRY_SCHEMA). Returns a `StandingsResult` (the ordered rows, histograms,
         the windows that received events; or, when some score does not fit an exact sort
         key, only the overflow).
+
+        Integer codes end to end: a board-window is `bw`, a player `pc` (numbered in
+        player_id order), a rollup row's last match `mc` (numbered in match_id order); strings
+        come back only on the way out (`jobs.rank_stream`). Ranks come from one sort of the
+        final stream; the histograms from the (board-window, sort key) groups, which are far
+        fewer than the rows.
         """
         con = self.con
         con.register("spec_t", spec)
@@ -321,20 +332,21 @@ class DuckDBEngine:
         con.register("banned_t", pa.table({"player_id": pa.array(list(banned), pa.string())}))
         con.register("rollup_index", rollups)
         paths = sorted(set(rollups.column("path").to_pylist()))
-        if paths:
-            con.sql(f"""
-                CREATE OR REPLACE TEMP VIEW rollups_v AS
-                SELECT r.* EXCLUDE (filename)
-                FROM read_parquet({_sql_list(paths)}, filename = true,
-                                  hive_partitioning = false) r
-                SEMI JOIN rollup_index i ON i.path = r.filename AND i.event_date = r.event_date
-            """)
-        else:
-            con.register("rollups_v", ROLLUP_SCHEMA.empty_table())
+        aggregations = set(spec.column("aggregation").to_pylist())
         self._register_carry(delta, carry)
-        # Integer codes: a board-window is `bw`, a player `pc` (numbered in player_id order, so
-        # ordering by pc is ordering by player_id). Grouping and ranking 15 board-windows per
-        # rollup row on two integers instead of three strings is several times faster.
+        # Read once: the rows of the dates each file is authoritative for, and this run's new
+        # rollup rows (`from_delta`: they feed the carried windows only).
+        columns = ", ".join(n for n in ROLLUP_SCHEMA.names)
+        stored = (f"""
+            SELECT {", ".join("r." + n for n in ROLLUP_SCHEMA.names)}, false AS from_delta
+            FROM read_parquet({_sql_list(paths)}, filename = true, hive_partitioning = false) r
+            SEMI JOIN rollup_index i ON i.path = r.filename AND i.event_date = r.event_date
+        """ if paths else f"SELECT {columns}, false AS from_delta FROM delta_t WHERE false")
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE rollup_rows AS
+            {stored}
+            UNION ALL SELECT {columns}, true AS from_delta FROM delta_t
+        """)
         con.execute("""
             CREATE OR REPLACE TEMP TABLE spec_i AS
             SELECT *, (row_number() OVER (ORDER BY board, kind))::INTEGER AS bno FROM spec_t
@@ -360,65 +372,113 @@ class DuckDBEngine:
         con.execute("""
             CREATE OR REPLACE TEMP TABLE players_i AS
             SELECT player_id, (row_number() OVER (ORDER BY player_id))::INTEGER AS pc
-            FROM (SELECT player_id FROM rollups_v UNION SELECT player_id FROM delta_t
-                  UNION SELECT player_id FROM state_v)
+            FROM (SELECT player_id FROM rollup_rows UNION SELECT player_id FROM state_v)
         """)
-        aggregations = set(spec.column("aggregation").to_pylist())
-        # Struct aggregates only for the aggregations the registry uses (`lst` always: it
-        # gives last_match_id).
-        mx = ("max({'p': max_points, 't': -epoch_us(max_at)})" if "max" in aggregations
-              else "{'p': NULL::BIGINT, 't': NULL::BIGINT}")
-        mn = ("min({'p': min_points, 't': epoch_us(min_at)})" if "min" in aggregations
-              else "{'p': NULL::BIGINT, 't': NULL::BIGINT}")
-        # One statement from rollups to (board-window, player) aggregates: the exploded rows
-        # (15 a rollup row with the default registry) stream into the aggregate instead of
-        # being materialised. Banned players are kept here (a window that received only
-        # their events still exists) and dropped when ranking.
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE matches_i AS
+            SELECT last_match, (row_number() OVER (ORDER BY last_match))::INTEGER AS mc
+            FROM (SELECT last_match FROM rollup_rows
+                  UNION SELECT last_match_id FROM state_v WHERE last_match_id IS NOT NULL)
+        """)
+        # Each (region, mode) pair a code `rmc`, and the board-windows each (date, rmc) feeds
+        # with the lateness bit that gates them: a few thousand rows, so each rollup row fans
+        # out by one small join on integers. Direct scores (region "", their board in `mode`,
+        # see jobs.spec.ROLLUP_SCHEMA) feed their board only.
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE rm_i AS
+            SELECT region, mode, (row_number() OVER (ORDER BY region, mode))::INTEGER AS rmc
+            FROM (SELECT DISTINCT region, mode FROM rollup_rows)
+        """)
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE fan AS
+            SELECT c.event_date, rm.rmc, b.bw, s.bit, b.carried
+            FROM rm_i rm
+            JOIN spec_i s ON CASE WHEN rm.region = '' THEN s.scope_key = 'board:' || rm.mode
+                                  ELSE s.scope_key IN ('global', 'region:' || rm.region,
+                                                       'mode:' || rm.mode) END
+            JOIN cal_i c ON c.kind = s.kind
+            JOIN bw_t b ON b.bno = s.bno AND b.wno = c.wno
+        """)
+        # The latest counted event of a (board-window, player) is the largest (event time,
+        # match code) pair, packed in one HUGEINT key (a match code is below 2^32; times may
+        # be negative, so it is a product, not a shift): its match by arg_max, and a `last`
+        # board's points too. Codes and keys are computed once per rollup row, before the
+        # fan-out multiplies the rows by the board-windows they feed.
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE coded AS
+            SELECT p.pc, m.mc, rm.rmc, r.event_date, r.mask, r.from_delta, r.matches,
+                   r.points_sum, r.max_points, r.max_at, r.min_points, r.min_at,
+                   r.last_points, r.first_event_at, epoch_us(r.last_event_at) AS last_us,
+                   epoch_us(r.last_event_at)::HUGEINT * {_PACK} + m.mc AS last_key
+            FROM rollup_rows r
+            JOIN players_i p ON p.player_id = r.player_id
+            JOIN matches_i m ON m.last_match = r.last_match
+            JOIN rm_i rm ON rm.region IS NOT DISTINCT FROM r.region
+                        AND rm.mode IS NOT DISTINCT FROM r.mode
+        """)
+        con.execute("DROP TABLE rollup_rows")
+        extra = []
+        if "max" in aggregations:
+            extra.append("max({'p': x.max_points, 't': -epoch_us(x.max_at)}) AS mx")
+        if "min" in aggregations:
+            extra.append("min({'p': x.min_points, 't': epoch_us(x.min_at)}) AS mn")
+        if "last" in aggregations:
+            extra.append("arg_max(x.last_points, x.last_key) AS last_points")
+        extra_sql = "".join(f", {e}" for e in extra)
+        mx_p, mx_t = ("u.mx.p", "-u.mx.t") if "max" in aggregations else ("NULL", "NULL")
+        mn_p, mn_t = ("u.mn.p", "u.mn.t") if "min" in aggregations else ("NULL", "NULL")
+        last_p = "u.last_points" if "last" in aggregations else "NULL"
+        # Banned players are kept here (a window that received only their events still
+        # exists) and dropped once the windows are known.
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE scored AS
-            WITH src AS (
-                SELECT *, false AS from_delta FROM rollups_v
-                UNION ALL BY NAME SELECT *, true AS from_delta FROM delta_t
-            ), x AS (
-                SELECT r.* EXCLUDE (player_id), p.pc,
-                       unnest(CASE WHEN r.region = '' THEN ['board:' || r.mode]  -- direct scores
-                                   ELSE ['global', 'region:' || r.region, 'mode:' || r.mode]
-                              END) AS scope_key
-                FROM src r JOIN players_i p USING (player_id)
-            ), counted AS (
-                SELECT b.bw, x.pc, x.matches, x.points_sum, x.max_points, x.max_at,
-                       x.min_points, x.min_at, x.last_points, x.last_match, x.first_event_at,
-                       x.last_event_at
-                FROM x
-                JOIN spec_i s ON s.scope_key = x.scope_key
-                JOIN cal_i c ON c.event_date = x.event_date AND c.kind = s.kind
-                JOIN bw_t b ON b.bno = s.bno AND b.wno = c.wno AND b.carried = x.from_delta
-                WHERE s.bit < 0 OR ((x.mask >> s.bit) & 1) = 1
+            WITH x AS (
+                SELECT f.bw, r.pc, r.matches, r.points_sum, r.max_points, r.max_at,
+                       r.min_points, r.min_at, r.last_points, r.mc, r.first_event_at,
+                       r.last_us, r.last_key
+                FROM coded r
+                JOIN fan f ON f.event_date = r.event_date AND f.rmc = r.rmc
+                          AND f.carried = r.from_delta
+                WHERE f.bit < 0 OR ((r.mask >> f.bit) & 1) = 1
                 UNION ALL
-                {_STATE_ROWS}
-            ), g AS (
+                SELECT st.bw, st.pc, st.matches, st.points_sum, st.max_points, st.max_at,
+                       st.min_points, st.min_at, st.last_points, coalesce(m.mc, 0),
+                       st.first_event_at,
+                       epoch_us(st.last_event_at),
+                       epoch_us(st.last_event_at)::HUGEINT * {_PACK} + coalesce(m.mc, 0)
+                FROM ({_STATE_ROWS}) st LEFT JOIN matches_i m ON m.last_match = st.last_match
+            ), u AS (
                 SELECT bw, pc,
                        sum(matches)::BIGINT AS matches,
-                       sum(points_sum::HUGEINT) AS points_sum,
-                       {mx} AS mx, {mn} AS mn,
-                       max({{'t': epoch_us(last_event_at), 'm': last_match, 'p': last_points}})
-                           AS lst,
-                       min(first_event_at) AS first_event_at,
-                       max(last_event_at) AS last_event_at
-                FROM counted
+                       sum(points_sum) AS points_sum,
+                       max(last_us) AS last_us,
+                       arg_max(mc, last_key) AS mc,
+                       min(first_event_at) AS first_event_at{extra_sql}
+                FROM x
                 GROUP BY bw, pc
+            ), s AS (
+                SELECT u.bw, u.pc, b.sign, b.earliest, b.time_bits, b.time_unit_us,
+                       b.window_start_us, u.matches, u.first_event_at, u.last_us,
+                       u.mc,
+                       CASE b.aggregation
+                           WHEN 'sum' THEN {_saturated("u.points_sum", "b.score_limit")}
+                           WHEN 'max' THEN {mx_p}
+                           WHEN 'min' THEN {mn_p}
+                           ELSE {last_p} END AS score,
+                       CASE b.aggregation WHEN 'max' THEN {mx_t}
+                                          WHEN 'min' THEN {mn_t}
+                                          ELSE u.last_us END AS reached_us
+                FROM u JOIN bw_t b USING (bw)
             )
-            SELECT g.bw, g.pc, b.sign, b.earliest, b.time_bits, b.time_unit_us, g.matches,
-                   g.first_event_at, g.last_event_at, g.lst.m AS last_match_id,
-                   b.window_start_us,
-                   CASE b.aggregation
-                       WHEN 'sum' THEN {_saturated("g.points_sum", "b.score_limit")}
-                       WHEN 'max' THEN g.mx.p WHEN 'min' THEN g.mn.p ELSE g.lst.p END AS score,
-                   CASE b.aggregation WHEN 'sum' THEN epoch_us(g.last_event_at)
-                                      WHEN 'max' THEN -g.mx.t WHEN 'min' THEN g.mn.t
-                                      ELSE g.lst.t END AS reached_us
-            FROM g JOIN bw_t b USING (bw)
+            SELECT bw, pc, score, matches, first_event_at, last_us, mc, reached_us, time_bits,
+                   CASE WHEN earliest THEN
+                       (sign * score) * (1::BIGINT << time_bits)
+                       + ((1::BIGINT << time_bits) - 1
+                          - (reached_us - window_start_us) // time_unit_us)
+                       ELSE sign * score END AS sort_key
+            FROM s
         """)
+        con.execute("DROP TABLE coded")
         # Windows that received data exist in the version even if bans empty them.
         windows = con.sql("""
             SELECT board, window_id FROM bw_t SEMI JOIN (SELECT DISTINCT bw FROM scored)
@@ -428,56 +488,115 @@ class DuckDBEngine:
             CREATE OR REPLACE TEMP TABLE banned_i AS
             SELECT pc FROM players_i SEMI JOIN banned_t USING (player_id)
         """)
+        if con.execute("SELECT count(*) FROM banned_i").fetchall()[0][0]:
+            con.execute("DELETE FROM scored WHERE pc IN (SELECT pc FROM banned_i)")
         # Registry load and saturation keep every score in range, so this finds nothing; it
         # stays as the last guard against publishing an inexact key.
         overflow = con.sql("""
             SELECT b.board, b.window_id, p.player_id, s.score, s.time_bits
             FROM scored s JOIN bw_t b USING (bw) JOIN players_i p USING (pc)
-            WHERE s.pc NOT IN (SELECT pc FROM banned_i) AND abs(s.score) > b.score_limit
+            WHERE abs(s.score) > b.score_limit
             LIMIT 10
         """).to_arrow_table()
         if overflow.num_rows:
             return StandingsResult.overflowed(overflow, windows)
-        con.sql("""
-            CREATE OR REPLACE TEMP TABLE ranked AS
-            WITH k AS (
-                SELECT *, CASE WHEN earliest THEN
-                    (sign * score) * (1::BIGINT << time_bits)
-                    + ((1::BIGINT << time_bits) - 1
-                       - (reached_us - window_start_us) // time_unit_us)
-                    ELSE sign * score END AS sort_key
-                FROM scored WHERE pc NOT IN (SELECT pc FROM banned_i)
-            ), n AS (
-                SELECT *, row_number() OVER (PARTITION BY bw ORDER BY sort_key DESC, pc) AS rn,
-                       rank() OVER (PARTITION BY bw ORDER BY sort_key DESC) AS shared_rank,
-                       count(*) OVER (PARTITION BY bw) AS total
-                FROM k
-            )
-            SELECT bw, pc, score, sort_key,
-                   (CASE WHEN earliest THEN rn ELSE shared_rank END)::BIGINT AS rank,
-                   matches, make_timestamp(reached_us)::TIMESTAMPTZ AS reached_at,
-                   first_event_at, last_event_at, last_match_id, rn, total
-            FROM n
+        histograms, totals = self._histograms()
+        names = con.sql("SELECT board, window_id, earliest FROM bw_t ORDER BY bw"
+                        ).to_arrow_table()
+        players = con.sql("SELECT player_id FROM players_i ORDER BY pc").to_arrow_table()
+        matches = con.sql("SELECT last_match FROM matches_i ORDER BY mc").to_arrow_table()
+        # The stream must arrive in ORDER BY order, which DuckDB only promises with
+        # preserve_insertion_order on (off elsewhere for speed).
+        con.execute("SET preserve_insertion_order = true")
+        ordered = con.sql("""
+            SELECT bw, pc, score, sort_key, matches, reached_us, first_event_at, last_us, mc
+            FROM scored ORDER BY bw, sort_key DESC, pc
+        """).to_arrow_reader(batch_size=256 * 1024)
+        reader = rank_stream(
+            ordered, boards=names.column("board"), window_ids=names.column("window_id"),
+            earliest=names.column("earliest"), totals=totals, players=players.column(0),
+            matches=matches.column(0))
+        return StandingsResult(reader, histograms, windows)
+
+    def _histograms(self) -> tuple[pa.Table, pa.Array]:
+        """Both histogram kinds of every ranked board-window, and each one's player count
+        (indexed by bw - 1), from `scored` without ranking its rows.
+
+        Rows sort by sort key, and a score is a function of the key, so a (board-window,
+        sort key) group is a run of rows: `before` rows precede it. A width bucket is a run
+        of such groups; a depth bucket is the run of positions rn with
+        (rn - 1) * DEPTH_BUCKETS // total = bucket, whose first and last rows are found in
+        the groups by an as-of join. Ranks: shared, a group's `before` + 1; earliest, the
+        position.
+        """
+        con = self.con
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE key_groups AS
+            SELECT bw, sort_key, score, c, cum - c AS before, cum
+            FROM (SELECT *, sum(c) OVER (PARTITION BY bw ORDER BY sort_key DESC
+                                         ROWS UNBOUNDED PRECEDING) AS cum
+                  FROM (SELECT bw, sort_key, any_value(score) AS score, count(*) AS c
+                        FROM scored GROUP BY bw, sort_key))
         """)
-        con.execute("DROP TABLE scored")
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE bw_stats AS
+            SELECT k.bw, b.earliest, sum(k.c)::BIGINT AS total, min(k.score) AS lo,
+                   max(k.score) AS hi
+            FROM key_groups k JOIN bw_t b USING (bw) GROUP BY k.bw, b.earliest
+        """)
         histograms = con.sql(f"""
-            WITH h AS ({histogram_sql("ranked")})
+            WITH width AS (
+                SELECT k.bw, 'width' AS kind,
+                       CASE WHEN s.hi = s.lo THEN 0
+                            ELSE least((k.score - s.lo) * {WIDTH_BUCKETS} // (s.hi - s.lo),
+                                       {WIDTH_BUCKETS - 1}) END AS bucket,
+                       any_value(s.lo) AS lo, any_value(s.hi) AS hi,
+                       sum(k.c) AS players, min(k.before + 1) AS rank_from,
+                       max(CASE WHEN s.earliest THEN k.cum ELSE k.before + 1 END) AS rank_to
+                FROM key_groups k JOIN bw_stats s USING (bw) GROUP BY ALL
+            ), spans AS (
+                SELECT bw, earliest, bucket,
+                       (bucket * total + {DEPTH_BUCKETS - 1}) // {DEPTH_BUCKETS} + 1 AS first_rn,
+                       ((bucket + 1) * total + {DEPTH_BUCKETS - 1}) // {DEPTH_BUCKETS}
+                           AS last_rn
+                FROM (SELECT *, unnest(range({DEPTH_BUCKETS})) AS bucket FROM bw_stats)
+            ), ends AS (
+                SELECT s.bw, s.earliest, s.bucket, s.first_rn, s.last_rn,
+                       f.score AS first_score, f.before AS first_before
+                FROM spans s ASOF JOIN key_groups f ON f.bw = s.bw AND s.first_rn > f.before
+                WHERE s.first_rn <= s.last_rn
+            ), depth AS (
+                SELECT e.bw, 'depth' AS kind, e.bucket,
+                       least(e.first_score, l.score)::DOUBLE AS lower,
+                       greatest(e.first_score, l.score)::DOUBLE AS upper,
+                       e.last_rn - e.first_rn + 1 AS players,
+                       CASE WHEN e.earliest THEN e.first_rn ELSE e.first_before + 1 END
+                           AS rank_from,
+                       CASE WHEN e.earliest THEN e.last_rn ELSE l.before + 1 END AS rank_to
+                FROM ends e ASOF JOIN key_groups l ON l.bw = e.bw AND e.last_rn > l.before
+            ), h AS (
+                SELECT bw, kind, bucket::BIGINT AS bucket,
+                       lo + bucket * (hi - lo) / {WIDTH_BUCKETS}.0 AS lower,
+                       lo + (bucket + 1) * (hi - lo) / {WIDTH_BUCKETS}.0 AS upper,
+                       players::BIGINT AS players, rank_from::BIGINT AS rank_from,
+                       rank_to::BIGINT AS rank_to
+                FROM width
+                UNION ALL
+                SELECT bw, kind, bucket::BIGINT, lower, upper, players::BIGINT,
+                       rank_from::BIGINT, rank_to::BIGINT
+                FROM depth
+            )
             SELECT w.board, w.window_id, h.kind, h.bucket, h.lower, h.upper, h.players,
                    h.rank_from, h.rank_to
             FROM h JOIN bw_t w USING (bw)
             ORDER BY w.board, w.window_id, h.kind, h.bucket
         """).to_arrow_table()
-        # The stream must arrive in ORDER BY order, which DuckDB only promises with
-        # preserve_insertion_order on (off elsewhere for speed).
-        con.execute("SET preserve_insertion_order = true")
-        reader = con.sql("""
-            SELECT w.board, w.window_id, p.player_id, r.score, r.sort_key, r.rank,
-                   100.0 * (r.total - r.rank + 1) / r.total AS percentile, r.matches,
-                   r.reached_at, r.first_event_at, r.last_event_at, r.last_match_id
-            FROM ranked r JOIN bw_t w USING (bw) JOIN players_i p USING (pc)
-            ORDER BY r.bw, r.rn
-        """).to_arrow_reader(batch_size=256 * 1024)
-        return StandingsResult(reader, histograms, windows)
+        totals = con.sql("""
+            SELECT coalesce(s.total, 0)::BIGINT AS total
+            FROM bw_t b LEFT JOIN bw_stats s USING (bw) ORDER BY b.bw
+        """).to_arrow_table().column(0).combine_chunks()
+        con.execute("DROP TABLE key_groups")
+        return histograms, totals
 
     def _register_carry(self, delta: pa.Table | None, carry: pa.Table | None) -> None:
         """`carry_t`, `delta_t` and `state_v` (the carried windows' previous standings rows,
@@ -503,13 +622,11 @@ class DuckDBEngine:
     def finish(self) -> None:
         """Drop the per-run temp tables (after the standings reader is drained)."""
         self.con.execute("SET preserve_insertion_order = false")
-        self.con.execute("DROP TABLE IF EXISTS ranked")
-        for table in ("spec_i", "cal_i", "bw_t", "players_i", "banned_i"):
+        for table in ("scored", "spec_i", "cal_i", "bw_t", "players_i", "matches_i", "rm_i",
+                      "fan", "banned_i", "bw_stats", "rollup_rows", "coded", "key_groups"):
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
-        self.con.execute("DROP VIEW IF EXISTS rollups_v")
         self.con.execute("DROP VIEW IF EXISTS state_v")
         for name in ("spec_t", "calendar_t", "needed_t", "banned_t", "rollup_index", "carry_t",
                      "delta_t", "state_v"):
             with contextlib.suppress(duckdb.Error):
                 self.con.unregister(name)
-
