@@ -194,10 +194,17 @@ def _profile_rows(path: Path) -> list[dict[str, Any]]:
 def _import_profiles(args: argparse.Namespace, settings: Any) -> int:
     """`profile import FILE`: every valid row as one file of the log, then the cache; the
     invalid rows are reported by line and land nothing."""
-    from leaderboard.profiles import ProfileError, parse_profile, write_profiles
+    from leaderboard.erasure import ErasureLedger
+    from leaderboard.profiles import (
+        ProfileError,
+        check_not_erased,
+        parse_profile,
+        write_profiles,
+    )
     from leaderboard.validation import id_problem
 
     good, bad = [], []
+    erased = ErasureLedger.load(settings.lake_dir)
     for number, row in enumerate(_profile_rows(Path(args.player)), start=1):
         player = row.get("player_id")
         fields = {k: v for k, v in row.items() if k != "player_id"}
@@ -206,6 +213,7 @@ def _import_profiles(args: argparse.Namespace, settings: Any) -> int:
             problem = "the row has more cells than the header has columns"
         if problem is None and isinstance(player, str):
             try:
+                check_not_erased(erased, player)
                 good.append(parse_profile(player, fields))
             except ProfileError as exc:
                 problem = str(exc)
@@ -259,9 +267,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         profile = parse_profile(args.player, {"display_name": args.name,
                                               "country": args.country,
                                               "avatar_url": args.avatar})
+        stored = write_profile(settings.lake_dir, profile, settings.now(), "cli")
     except ProfileError as exc:
         raise UsageError(str(exc)) from None
-    stored = write_profile(settings.lake_dir, profile, settings.now(), "cli")
     if _cache(settings, [stored]):
         return 1
     return _emit(args, {"player_id": args.player, "profile": stored.as_dict()}, render_profile)

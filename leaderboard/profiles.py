@@ -31,12 +31,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from leaderboard.countries import COUNTRIES, country_problem
+from leaderboard.erasure import ErasureLedger
 from leaderboard.lake import atomic_write_parquet, fsync_dir
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["AVATAR_URL_MAX", "COUNTRY_CODES", "DISPLAY_NAME_MAX", "DISPLAY_NAME_RAW_MAX",
-           "PROFILES_KEY", "PROFILE_SCHEMA", "Profile", "ProfileError", "compact_log",
+           "PROFILES_KEY", "PROFILE_SCHEMA", "Profile", "ProfileError", "check_not_erased",
+           "compact_log",
            "erase_profiles",
            "history_of", "latest_profiles", "parse_profile", "profiles_dir", "read_log",
            "write_profile", "write_profiles"]
@@ -173,6 +175,15 @@ def _orders(at: datetime, count: int) -> list[str]:
     return [f"{micros:016x}{ns + i:016x}{secrets.randbits(32):08x}" for i in range(count)]
 
 
+def check_not_erased(erased: ErasureLedger, player_id: str) -> None:
+    """ProfileError `erased` when the ledger (`ErasureLedger.load`) holds the id: a profile
+    of an erased player is refused, as its events are, so no write brings the id back."""
+    if erased.erased(player_id):
+        raise ProfileError("erased", f"player {player_id}'s data was erased (right to "
+                                     "erasure): a profile of the id is refused, as its events "
+                                     "are")
+
+
 def write_profile(lake: Path, profile: Profile, at: datetime, source: str) -> Profile:
     """Append one write to the profile log (durable when this returns); the profile as
     stored, with its time and order."""
@@ -182,9 +193,13 @@ def write_profile(lake: Path, profile: Profile, at: datetime, source: str) -> Pr
 def write_profiles(lake: Path, profiles: Sequence[Profile], at: datetime, source: str
                    ) -> list[Profile]:
     """Append writes of many profiles as one file of the log (an import: one fsync, not
-    one per player); later profiles of the same player in `profiles` win."""
+    one per player); later profiles of the same player in `profiles` win. ProfileError
+    `erased`, writing nothing, when one names an erased player."""
     if not profiles:
         return []
+    erased = ErasureLedger.load(lake)
+    for profile in profiles:
+        check_not_erased(erased, profile.player_id)
     at = to_utc(at)
     stored = [Profile(p.player_id, p.display_name, p.country, p.avatar_url, at, order)
               for p, order in zip(profiles, _orders(at, len(profiles)), strict=True)]

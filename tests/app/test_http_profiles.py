@@ -189,3 +189,17 @@ def test_after_redis_loss_the_app_reloads_profiles_with_the_speed_state(http, re
     assert redis_client.hexists(PROFILES_KEY, "")  # loaded before any read asked
     top = http.get("/v1/boards/region:na/top").json()["entries"]
     assert top[0]["display_name"] == "Ann Lee"
+
+
+def test_a_profile_of_an_erased_player_is_refused(http):
+    """After an erasure a game server's PUT of the id is a 422 `erased` and writes nothing,
+    as its events are refused. Before, the write landed the id in the profile log again."""
+    from leaderboard.erasure import record_erasure
+    from leaderboard.profiles import profiles_dir
+
+    record_erasure(http.lake, "bob", NOW)
+    refused = _put(http, "bob", {"display_name": "Bob"})
+    assert (refused.status_code, refused.json()["error"]) == (422, "erased")
+    assert "erased" in refused.json()["message"]
+    assert not list(profiles_dir(http.lake).glob("*.parquet"))
+    assert _put(http, "ann", {"display_name": "Ann"}).status_code == 200

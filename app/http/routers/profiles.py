@@ -138,9 +138,9 @@ async def put_profile(
                                        "avatar_url")
     try:
         profile = parse_profile(player_id, _fields(body))
-    except ProfileError as exc:
+        stored = await run_in_threadpool(_save, service, profile, server_id)
+    except ProfileError as exc:  # a bad field, or an erased player
         raise ApiError(422, exc.code, str(exc)) from None
-    stored = await run_in_threadpool(_save, service, profile, server_id)
     return json_answer(stored.as_dict())
 
 
