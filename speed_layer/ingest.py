@@ -206,11 +206,12 @@ class Ingestor:
                     self.rate.give_back(held)  # type: ignore[union-attr]
             if claim is not None and claim.groups:
                 # A retry must be accepted for every row that did not land (a landing over
-                # several partitions may have landed some files): settle from the lake.
+                # several files may have landed some): settle from the lake, and fold
+                # what landed (a resend at another writer calls those rows retries).
                 # On a Redis error the claim stays in flight: this writer's next claim
                 # recovers it; the landing failure is what the caller must see.
                 with suppress(redis.RedisError):
-                    self.speed.recover_claims(self.writer.writer)  # type: ignore[union-attr]
+                    self.speed.recover_writer(self.writer.writer)  # type: ignore[union-attr]
             raise
         faults.checkpoint("ingest.after_land")
         if claim is not None:

@@ -241,15 +241,16 @@ class SpeedLayer:
         try:
             return self.door.claim(accepted, at, writer, next_seq)
         except ClaimPending:
-            self._recover_dead(writer)
+            self.recover_writer(writer)
             return self.door.claim(accepted, at, writer, next_seq)
 
-    def _recover_dead(self, writer: str) -> int:
-        """Recover what a dead process of `writer` left (the caller holds its landing
-        lock): fold its landed files not folded yet, then settle its claims. A process
-        killed after landing, before folding, would otherwise leave rows the door now calls
-        retries missing from the live state until some repair. Folding first: if it fails,
-        the claims stay in flight and the next hit retries both."""
+    def recover_writer(self, writer: str) -> int:
+        """Recover what a failed landing or a dead process of `writer` left (the caller
+        holds its landing lock): fold its landed files not folded yet, then settle its
+        claims. Rows landed but not folded (a kill after landing, a landing failed part-way)
+        would otherwise be missing from the live state, while the door calls their copies
+        retries, until some repair. Folding first: if it fails, the claims stay in flight
+        and the next hit retries both. Returns how many ids were released."""
         version = self.current()
         pending = self.folder.pending(version, writer)
         if pending:
@@ -302,7 +303,7 @@ class SpeedLayer:
         for writer in sorted(writers):
             with idle_writer(self.lake, writer) as idle:
                 if idle:
-                    self._recover_dead(writer)
+                    self.recover_writer(writer)
                     recovered += 1
         return recovered
 
@@ -325,10 +326,10 @@ class SpeedLayer:
                 self.folder.catch_up(version, self.folder.pending(version, writer))
 
     def repair(self) -> int:
-        """After a crash: settle the claims dead writers left in flight, then remember the
-        ids of, and fold, every file not folded everywhere (whatever landed after it)."""
+        """After a crash: remember the ids of, and fold, every file not folded everywhere
+        (whatever landed after it), then settle the claims dead writers left in flight.
+        Returns how many files were folded."""
         version = self.current()
-        self.recover_dead_writers(self.door.writers_in_flight())
         pending = self.folder.pending(version)
         prevs = predecessors(landed_files(self.lake))
         for landed in pending:
@@ -337,6 +338,7 @@ class SpeedLayer:
             self.folder.fold(version, landed.writer, landed.seq, table,
                              prev=prevs.get((landed.writer, landed.seq)))
         self.folder.advance(version)
+        self.recover_dead_writers(self.door.writers_in_flight())
         return len(pending)
 
     def _remember_landed(self, table: pa.Table) -> None:

@@ -16,6 +16,7 @@ from lakes import batches, day, random_stream
 from jobs.batch import run_batch
 from jobs.compact import SpeedWatermark, compact_partition
 from leaderboard import faults
+from leaderboard import lake as lake_module
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import watermark_for
 from leaderboard.registry import load_registry
@@ -270,6 +271,39 @@ def test_a_recovery_that_fails_leaves_no_claim_in_flight_at_the_live_writer(
         resend = Ingestor(registry, c, speed()).ingest(table, now=at, source="t")
     assert (resend.accepted, resend.retries, resend.in_flight) == (
         table.num_rows - dead.num_rows, dead.num_rows, 0), resend.as_dict()
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+
+
+def test_a_landing_that_fails_part_way_counts_the_rows_it_landed(
+        world, redis_client, monkeypatch):
+    """A landing over several files fails after the first (the disk fills): the claims of
+    the rows not landed are released and the landed file's stand, so the client's resend
+    (at another worker) lands the rest and calls the first file's rows retries; the merged
+    reads must count the first file's rows too (before, nothing folded it until writer a
+    landed again or some repair ran)."""
+    lake, registry, speed, at, table = world
+    monkeypatch.setattr(lake_module, "BACKFILL_FILE_ROWS", 2)  # a file per two rows
+    real = lake_module.atomic_write_parquet
+    calls: list[Path] = []
+
+    def disk_full(part, target, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(part, target, **kwargs)
+
+    with LandingWriter(lake, "a") as a:
+        ingestor = Ingestor(registry, a, speed())
+        with monkeypatch.context() as patch:
+            patch.setattr(lake_module, "atomic_write_parquet", disk_full)
+            with pytest.raises(OSError, match="No space left"):
+                ingestor.ingest(table, now=at, source="t")
+        assert len(landed_ids(lake)) == 2
+        with LandingWriter(lake, "b") as b:  # the client's resend reaches another worker
+            again = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (again.accepted, again.retries) == (table.num_rows - 2, 2)
+        _assert_counted_once(lake, registry, redis_client, at, table)
     ids = landed_ids(lake)
     assert len(ids) == len(set(ids)) == table.num_rows
 
