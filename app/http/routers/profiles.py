@@ -119,7 +119,8 @@ def _save(service: Service, profile: Profile, server_id: str) -> Profile:
                                     s403="a wrong key or signature",
                                     s422="a field breaks the rules: `error` is "
                                          "invalid_display_name, invalid_country, "
-                                         "invalid_avatar_url or invalid_profile")})
+                                         "invalid_avatar_url or invalid_profile; `erased` "
+                                         "for an erased player's id")})
 async def put_profile(
     service: ServiceDep, request: Request, player_id: PlayerId,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(SERVER_BEARER)] = None,
