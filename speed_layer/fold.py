@@ -106,8 +106,14 @@ if agg == 'sum' and not earliest then
     if not banned(p) then
       local v = redis.call('ZADD', M, 'XX', 'INCR', delta, p)
       if not v then
-        redis.call('ZADD', T, base, p)
-        redis.call('ZADD', M, clamp(tonumber(base) + tonumber(delta)), p)
+        -- In T but not in M: a recompute (a void) left the player nothing over a hidden
+        -- base, so the delta starts from zero, not from the base again.
+        if redis.call('ZSCORE', T, p) then
+          redis.call('ZADD', M, clamp(tonumber(delta)), p)
+        else
+          redis.call('ZADD', T, base, p)
+          redis.call('ZADD', M, clamp(tonumber(base) + tonumber(delta)), p)
+        end
       elseif math.abs(tonumber(v)) > limit then
         redis.call('ZADD', M, clamp(tonumber(v)), p)
       end
@@ -136,7 +142,7 @@ else
     if cur then
       cur = tonumber(cur)
       if agg == 'last' then curmark = redis.call('HGET', L, p) end
-    elseif base then
+    elseif base and not redis.call('ZSCORE', T, p) then
       cur = tonumber(base)
       redis.call('ZADD', T, cur, p)
       curmark = mark

@@ -61,14 +61,7 @@ pytestmark = pytest.mark.redis
 
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
-KNOWN_DEFECTS: set[str] = {
-    # Issue 12 part 3: a clean-clone CI run (200 examples) found a player-only void of a
-    # `sum` event lost from a live all-time window (served 4, the model 5: the voided -1
-    # counted again) after a sequence of a kill between land and settle, an incremental
-    # batch and rebase, a Redis loss with ingest going on, and more voids. Not yet reduced;
-    # run with STATEFUL_TRY_DEFECTS=void to find the minimal example.
-    "void",
-}
+KNOWN_DEFECTS: set[str] = set()
 #: STATEFUL_TRY_DEFECTS=name,name (or `all`) runs those rules anyway: how a fix is checked
 #: before its switch is removed, and how the minimal failing examples are found.
 _TRY = os.environ.get("STATEFUL_TRY_DEFECTS", "")

@@ -168,3 +168,26 @@ def test_erasing_a_short_id_keeps_every_other_key(world, redis_client):
     speed.erase("a", keep=speed.current().tag)
     assert redis_client.get(rate_key("a", 123)) is None
     assert {k for k in redis_client.scan_iter()} == before
+
+
+def test_a_player_voided_down_to_nothing_over_the_base_starts_again_from_zero(world,
+                                                                              redis_client):
+    """A void of the only result the base counted for a player hides their base part and
+    leaves them nothing; their next event must count from zero, not from the hidden base
+    again (found by the stateful model: served base + delta, the voided result back)."""
+    lake, registry, speed, settings = world
+
+    def event(match: str, points: int, at: str) -> dict:
+        return {"match_id": match, "player_id": "solo", "points": points,
+                "event_time": day(at), "region": "na", "mode": "ranked", "server_id": "s1",
+                "ingested_at": day(at)}
+
+    ingest(speed, lake, registry, [
+        *random_stream(53, start=START, days=1, duplicate_share=0.0),
+        event("m-solo-1", 7, "2026-11-28T10:00:00")])
+    speed.rebase(run_batch(settings, START.date()).manifest)
+    assert speed.void("m-solo-1", "solo", day("2026-11-29T00:30:00"), "wrong score") == [
+        "solo"]
+    assert_served_as_reference(lake, registry, redis_client)
+    ingest(speed, lake, registry, [event("m-solo-2", 5, "2026-11-29T01:00:00")], writer="x")
+    assert_served_as_reference(lake, registry, redis_client)
