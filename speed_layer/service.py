@@ -31,6 +31,7 @@ from leaderboard.lake import (
 from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
 from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
+from leaderboard.schema import identity_match_ids
 from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
@@ -631,11 +632,14 @@ class SpeedLayer:
             [("ingested_at", "ascending"), ("_file", "ascending")])
         if not pc.any(VoidIndex.of(late).mask(rows)).as_py():
             return None
+        # One row per identity: the player's direct scores share match ids with their match
+        # events (identity (board, match_id, player_id)), so the match id alone would drop
+        # whichever of the two sorted second.
         seen: set[str] = set()
         first = []
-        for match in rows.column("match_id").to_pylist():
-            first.append(match not in seen)
-            seen.add(match)
+        for identity in identity_match_ids(rows).to_pylist():
+            first.append(identity not in seen)
+            seen.add(identity)
         rows = rows.filter(pa.array(first)).drop_columns(["_file"])
         return VoidIndex.of(read_voids(self.lake)).drop(rows)
 

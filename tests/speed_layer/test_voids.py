@@ -191,3 +191,35 @@ def test_a_player_voided_down_to_nothing_over_the_base_starts_again_from_zero(wo
     assert_served_as_reference(lake, registry, redis_client)
     ingest(speed, lake, registry, [event("m-solo-2", 5, "2026-11-29T01:00:00")], writer="x")
     assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_a_void_keeps_a_direct_score_sharing_a_match_id_with_the_players_event(world,
+                                                                              redis_client):
+    """A direct score and a match event of one player under one match_id are two identities
+    (board, match, player): a void of the player's other base result recomputes their base
+    part from their raw rows, and that dedupe kept one row per match_id, so whichever of
+    the two sorted first (same landing instant: the file name) dropped the other (found by
+    the stateful model: a global all-time total short of the match event's points)."""
+    lake, registry, speed, settings = world
+    at = day("2026-11-28T10:00:00")
+
+    def row(match: str, player: str, points: int) -> dict:
+        return {"match_id": match, "player_id": player, "points": points, "event_time": at,
+                "region": "na", "mode": "ranked", "server_id": "s1", "ingested_at": at}
+
+    # Writer "a" lands the direct score, writer "b" the match events, at the same instant:
+    # "part-a-..." sorts before "part-b-...".
+    with LandingWriter(lake, "a") as landing:
+        _at, table = batches([row("m-shared", "dee", 4)])[0]
+        Ingestor(registry, landing, speed).ingest(table, now=at, source="t",
+                                                  board=registry.board("coins"))
+    with LandingWriter(lake, "b") as landing:
+        _at, table = batches([row("m-shared", "dee", 5), row("m-shared", "ann", 6),
+                              row("m-other", "dee", 3)])[0]
+        Ingestor(registry, landing, speed).ingest(table, now=at, source="t")
+    speed.rebase(run_batch(settings, START.date()).manifest)
+    assert speed.void("m-other", "dee", day("2026-11-29T00:30:00"), "wrong score") == ["dee"]
+    served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-12-05T00:00:00"))
+    assert served.player("global", "dee", "all-time")["score"] == 5
+    assert served.player("coins", "dee", "all-time")["score"] == 4
+    assert_served_as_reference(lake, registry, redis_client)
