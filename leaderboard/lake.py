@@ -23,7 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from leaderboard.schema import LANDED_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, conform
+from leaderboard.schema import (
+    LANDED_SCHEMA,
+    QUARANTINE_SCHEMA,
+    SCORE_QUARANTINE_SCHEMA,
+    TIMESTAMP,
+    conform,
+)
 from leaderboard.timeutil import epoch_us, to_utc
 
 __all__ = [
@@ -327,9 +333,11 @@ class LandingWriter:
                                    _LANDED_DICTIONARY)
 
     def quarantine(self, rejected: pa.Table, ingested_at: datetime) -> list[LandedFile]:
-        """Keep rejected rows with their reasons (QUARANTINE_SCHEMA without ingested_at)."""
-        return self._write_stamped(rejected, ingested_at, "quarantine", QUARANTINE_SCHEMA, None,
-                                   True)
+        """Keep rejected rows with their reasons (QUARANTINE_SCHEMA without ingested_at; with
+        `board` too for direct scores: SCORE_QUARANTINE_SCHEMA)."""
+        schema = (SCORE_QUARANTINE_SCHEMA if "board" in rejected.column_names
+                  else QUARANTINE_SCHEMA)
+        return self._write_stamped(rejected, ingested_at, "quarantine", schema, None, True)
 
     def _write_stamped(self, table: pa.Table, ingested_at: datetime, kind: str,
                        schema: pa.Schema, sort_by: str | None,

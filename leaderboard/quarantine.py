@@ -91,15 +91,18 @@ class QuarantineRow:
     #: keys a release by. The id's 8 digits alone collide within a file of ~100k rows
     #: (birthday bound), and a release of one row would then count as the other's.
     fingerprint: str = ""
+    #: The direct board a quarantined score was submitted to (None: a match event).
+    board: str | None = None
 
     def as_dict(self, released: bool = False) -> dict[str, Any]:
-        return {"id": self.id, **self.values, "reason": self.reason, "detail": self.detail,
-                "source": self.source, "ingested_at": format_instant(self.ingested_at),
-                "released": released}
+        return {"id": self.id, **self.values, "board": self.board, "reason": self.reason,
+                "detail": self.detail, "source": self.source,
+                "ingested_at": format_instant(self.ingested_at), "released": released}
 
     @property
-    def identity(self) -> tuple[str | None, str | None]:
-        return self.values.get("match_id"), self.values.get("player_id")
+    def identity(self) -> tuple[str | None, str | None, str | None]:
+        """(board, match_id, player_id): a score's board is part of its identity."""
+        return self.board, self.values.get("match_id"), self.values.get("player_id")
 
     @property
     def key(self) -> str:
@@ -130,7 +133,8 @@ def _rows_of(found: LandedFile, columns: dict[str, list[Any]],
                     for name in INPUT_FIELDS},
             reason=columns["reason"][row], detail=columns["detail"][row],
             source=columns["source"][row], ingested_at=to_utc(columns["ingested_at"][row]),
-            fingerprint=_row_digest(columns, row, 8))
+            fingerprint=_row_digest(columns, row, 8),
+            board=columns["board"][row] if "board" in columns else None)
 
 
 def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | None = None,

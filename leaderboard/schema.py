@@ -11,6 +11,7 @@ __all__ = [
     "INPUT_FIELDS",
     "LANDED_SCHEMA",
     "QUARANTINE_SCHEMA",
+    "SCORE_QUARANTINE_SCHEMA",
     "TIMESTAMP",
     "as_landed",
     "conform",
@@ -56,6 +57,11 @@ QUARANTINE_SCHEMA = pa.schema(
         pa.field("ingested_at", TIMESTAMP, nullable=False),
     ]
 )
+
+#: A quarantined direct score also names its board (last), so a release lands it on that
+#: board and the door knows its identity; match events' quarantine files have no such column
+#: (read as null).
+SCORE_QUARANTINE_SCHEMA = QUARANTINE_SCHEMA.append(pa.field("board", pa.string()))
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -173,10 +173,13 @@ class Ingestor:
                                         self.writer.next_seq)
             accepted, claim = admitted.rows, admitted.claim
         held: Held | None = None
-        if self.rate is not None and not backfill and board is None:
+        if board is not None:  # a release of a refused score lands it on its board
+            rejected = rejected.append_column(
+                "board", pa.array([board.name] * rejected.num_rows, pa.string()))
+        if self.rate is not None and not backfill:
             # After the door (a retry is no new event), before landing: held rows go to the
-            # quarantine first, so a crash leaves their claims backed by the lake. (Direct
-            # scores are not held: the quarantine keeps no board to release them to.)
+            # quarantine first, so a crash leaves their claims backed by the lake. A held
+            # direct score keeps its board there (a release lands it on that board).
             held = self.rate.split(accepted, now, source)
             accepted = held.kept
         report = IngestReport(

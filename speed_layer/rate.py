@@ -1,5 +1,7 @@
 """Per-player plausibility of rate: more than `limits.player_events_per_minute` events from
-one player in one landing minute are held in quarantine (reason `implausible_rate`).
+one player in one landing minute are held in quarantine (reason `implausible_rate`). Match
+events and direct scores count alike against the player's minute (a score is one event); a
+held score keeps its board in the quarantine, so a release lands it there.
 
 Decided once, at landing, by a counter per (player, landing minute) in Redis that every
 writer shares (INCRBY is atomic per key, so two writers never both take the last slot), and
@@ -49,11 +51,15 @@ def rate_key(player_id: str, minute: int) -> str:
 
 
 def held_ids(path: Path) -> pa.Table:
-    """The ids (match_id, player_id, ingested_at) a quarantine file holds for rate: their
-    claims at the door stand like those of landed rows (a retry of them is a retry)."""
-    table = pq.read_table(path, columns=["match_id", "player_id", "ingested_at", "reason"])
+    """The ids (match_id, player_id, ingested_at, and a direct score's board) a quarantine
+    file holds for rate: their claims at the door stand like those of landed rows (a retry
+    of them is a retry)."""
+    ids = ["match_id", "player_id", "ingested_at"]
+    if "board" in pq.read_schema(path).names:
+        ids.append("board")
+    table = pq.read_table(path, columns=[*ids, "reason"])
     held = table.filter(pc.equal(table.column("reason"), IMPLAUSIBLE_RATE))
-    return held.select(["match_id", "player_id", "ingested_at"])
+    return held.select(ids)
 
 
 @dataclass(frozen=True)
@@ -140,4 +146,7 @@ class PlayerRate:
         columns["reason"] = pa.array([IMPLAUSIBLE_RATE] * rows.num_rows, pa.string())
         columns["detail"] = pa.array(details, pa.string())
         columns["source"] = pa.array([source] * rows.num_rows, pa.string())
+        if "board" in rows.column_names:  # direct scores: a release lands them on it
+            columns["board"] = pc.cast(rows.column("board"), pa.string()).combine_chunks()
+            return pa.table(columns, schema=_HELD_SCHEMA.append(pa.field("board", pa.string())))
         return pa.table(columns, schema=_HELD_SCHEMA)

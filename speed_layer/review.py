@@ -45,7 +45,7 @@ from leaderboard.quarantine import (
 )
 from leaderboard.schema import INPUT_FIELDS
 from leaderboard.timeutil import format_instant
-from leaderboard.validation import validate_events
+from leaderboard.validation import Validated, validate_events, validate_scores
 from speed_layer.rate import IMPLAUSIBLE_RATE
 from speed_layer.service import SpeedLayer
 
@@ -127,43 +127,76 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
     return [outcomes[i] for i in unique], fold_error
 
 
+def _validated(speed: SpeedLayer, board: str | None, group: list[QuarantineRow],
+               now: datetime) -> Validated | str:
+    """The group's rows (all match events, or all scores to `board`) validated again as sent,
+    against the erasure ledger too (a row of a player erased since it was quarantined is
+    refused); a string when the board no longer takes scores (why)."""
+    table = pa.table({name: pa.array([r.values[name] for r in group], pa.string())
+                      for name in INPUT_FIELDS})
+    erased = ErasureLedger.load(speed.lake)
+    source = f"release:{RELEASE_WRITER}"
+    if board is None:
+        return validate_events(table, speed.registry, now=now, ingested_at=now,
+                               source=source, erased=erased)
+    found = next((b for b in speed.registry.boards if b.name == board), None)
+    if found is None or not found.direct:
+        return (f"board {board} is no longer a direct board of the registry; the score "
+                "cannot land (submit it to a direct board)")
+    return validate_scores(table, speed.registry, found, now=now, source=source,
+                           erased=erased)
+
+
 def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], now: datetime,
           outcomes: dict[str, Outcome]) -> str | None:
-    table = pa.table({name: pa.array([r.values[name] for r in todo], pa.string())
-                      for name in INPUT_FIELDS})
-    # The erasure ledger too: a row of a player erased since it was quarantined is refused.
-    validated = validate_events(table, speed.registry, now=now, ingested_at=now,
-                                source=f"release:{RELEASE_WRITER}",
-                                erased=ErasureLedger.load(speed.lake))
-    failed = set(validated.rejected_rows.tolist())
-    for k, reason, detail in zip(validated.rejected_rows.tolist(),
-                                 validated.rejected.column("reason").to_pylist(),
-                                 validated.rejected.column("detail").to_pylist(), strict=True):
-        outcomes[todo[k].id] = Outcome(todo[k].id, "rejected",
-                                       f"{detail}; it stays in the quarantine", reason)
-    # validate_events keeps the first of equal identities, in order: the same walk here.
+    # Match events in one group, each direct board's scores in another: a score is validated
+    # as a score to its board, and lands carrying it.
+    groups: dict[str | None, list[QuarantineRow]] = {}
+    for row in todo:
+        groups.setdefault(row.board, []).append(row)
     passed: list[QuarantineRow] = []
-    first: dict[tuple[str | None, str | None], str] = {}
-    for k, row in enumerate(todo):
-        if k in failed:
+    tables: list[pa.Table] = []
+    for board, group in sorted(groups.items(), key=lambda item: item[0] or ""):
+        validated = _validated(speed, board, group, now)
+        if isinstance(validated, str):
+            for row in group:
+                outcomes[row.id] = Outcome(row.id, "rejected",
+                                           f"{validated}; it stays in the quarantine",
+                                           "unknown_board")
             continue
-        if row.identity in first:
-            outcomes[row.id] = Outcome(row.id, "duplicate",
-                                       f"the same event as {first[row.identity]} in this "
-                                       "release; nothing more lands")
-            continue
-        first[row.identity] = row.id
-        passed.append(row)
-    accepted = validated.accepted
-    assert accepted.num_rows == len(passed)
+        failed = set(validated.rejected_rows.tolist())
+        for k, reason, detail in zip(validated.rejected_rows.tolist(),
+                                     validated.rejected.column("reason").to_pylist(),
+                                     validated.rejected.column("detail").to_pylist(),
+                                     strict=True):
+            outcomes[group[k].id] = Outcome(group[k].id, "rejected",
+                                            f"{detail}; it stays in the quarantine", reason)
+        # validate_events keeps the first of equal identities, in order: the same walk here.
+        first: dict[tuple[str | None, ...], str] = {}
+        count = len(passed)
+        for k, row in enumerate(group):
+            if k in failed:
+                continue
+            if row.identity in first:
+                outcomes[row.id] = Outcome(row.id, "duplicate",
+                                           f"the same event as {first[row.identity]} in this "
+                                           "release; nothing more lands")
+                continue
+            first[row.identity] = row.id
+            passed.append(row)
+        table = validated.accepted
+        if "board" not in table.column_names:
+            table = table.append_column("board", pa.nulls(table.num_rows, pa.string()))
+        assert table.num_rows == len(passed) - count
+        tables.append(table)
+    if not passed:
+        return None
+    accepted = pa.concat_tables(tables)
     held = np.array([r.reason == IMPLAUSIBLE_RATE for r in passed], dtype=bool)
     others = accepted.filter(pa.array(~held))
     admitted = speed.claim(others, now, RELEASE_WRITER, writer.next_seq)
     kept, claim = admitted.rows, admitted.claim
-    claimed = set(zip(kept.column("match_id").to_pylist(), kept.column("player_id").to_pylist(),
-                      strict=True))
-    busy = set(zip(admitted.in_flight_rows.column("match_id").to_pylist(),
-                   admitted.in_flight_rows.column("player_id").to_pylist(), strict=True))
+    claimed, busy = _identities(kept), _identities(admitted.in_flight_rows)
     landing: list[QuarantineRow] = []
     for row, is_held in zip(passed, held.tolist(), strict=True):
         if is_held or row.identity in claimed:
@@ -202,3 +235,11 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
     except redis.RedisError as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def _identities(table: pa.Table) -> set[tuple[str | None, ...]]:
+    """The (board, match_id, player_id) of each row (board null: a match event)."""
+    boards = (table.column("board").to_pylist() if "board" in table.column_names
+              else [None] * table.num_rows)
+    return set(zip(boards, table.column("match_id").to_pylist(),
+                   table.column("player_id").to_pylist(), strict=True))

@@ -49,3 +49,19 @@ def test_list_and_release(data, capsys):
     assert json.loads(capsys.readouterr().out)["score"] == 3
     assert main(["quarantine", "release"]) == 2
     assert "needs the ids" in capsys.readouterr().err
+
+
+def test_a_held_score_is_released_from_the_cli(data, capsys):
+    """Regression: a score submitted with `leaderboard score submit` past the player's
+    minute (zoe's events filled it) was landed, not held; now it is held with its board and
+    `leaderboard quarantine release` lands it there."""
+    assert main(["score", "submit", "best-lap", "zoe", "800", "--match", "lap-1",
+                 "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"] == "implausible_rate"
+    assert main(["quarantine", "list", "--reason", "implausible_rate", "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["board"])
+    assert (row["board"], row["match_id"]) == ("best-lap", "lap-1")
+    assert main(["quarantine", "release", row["id"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["status"] == "released"
+    assert main(["rank", "best-lap", "zoe", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == 800

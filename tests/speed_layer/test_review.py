@@ -225,3 +225,72 @@ def test_an_erased_players_rows_are_never_released(tmp_path, redis_client):
     assert [(o.status, o.reason) for o in outcomes] == [("rejected", "erased"),
                                                         ("rejected", "erased")]
     assert _events(settings.lake_dir) == [("m0", "vic"), ("m1", "vic")]
+
+
+def _scores(settings: Settings, speed: SpeedLayer, rows: list[tuple[str, str, int]],
+            now: datetime = NOW, played: datetime = PLAYED) -> IngestReport:
+    """Scores to the default registry's direct board `best-lap` (min), as the HTTP route
+    submits them."""
+    table = pa.table({
+        "match_id": [r[0] for r in rows], "player_id": [r[1] for r in rows],
+        "points": pa.array([r[2] for r in rows], pa.int64()),
+        "event_time": pa.array([played] * len(rows), TIMESTAMP),
+        "server_id": ["s1"] * len(rows)})
+    with LandingWriter(settings.lake_dir, "w") as writer:
+        return Ingestor(speed.registry, writer, speed).ingest(
+            table, now=now, source="test", board=settings.registry.board("best-lap"))
+
+
+def _laps(settings: Settings, client: Any) -> list[tuple[str, int]]:
+    boards = Leaderboards(settings.lake_dir, settings.registry, client,
+                          now=lambda: NOW + timedelta(days=1))
+    return [(e["player_id"], e["score"])
+            for e in boards.top("best-lap", 10, window="all-time")["entries"]]
+
+
+def test_a_held_score_is_released_once_onto_its_board(tmp_path, redis_client):
+    """Regression (direct scores had no per-player rate hold, and a quarantined score could
+    not be released: it was validated as a match event, with no region): scores count
+    against the player's minute with their events; the held one keeps its board in the
+    quarantine, a release lands it there once, and the batch agrees."""
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _ingest(settings, speed, [("m1", "alice", 5, "na")])
+    report = _scores(settings, speed, [("lap-1", "alice", 900), ("lap-2", "alice", 700)])
+    assert (report.accepted, report.reasons["implausible_rate"]) == (1, 1)
+    assert _laps(settings, redis_client) == [("alice", 900)]
+    [row], _ = list_quarantine(settings.lake_dir, reason="implausible_rate")
+    assert (row.board, row.values["match_id"]) == ("best-lap", "lap-2")
+    assert row.as_dict()["board"] == "best-lap"
+    # The held score's retry is a retry (its claim stands), not a new event.
+    retry = _scores(settings, speed, [("lap-2", "alice", 700)], NOW + timedelta(minutes=5))
+    assert (retry.accepted, retry.retries) == (0, 1)
+
+    [outcome], fold_error = release_rows(speed, [row.id], LATER)
+    assert (outcome.status, fold_error) == ("released", None)
+    assert _laps(settings, redis_client) == [("alice", 700)]
+    [again], _ = release_rows(speed, [row.id], LATER)
+    assert again.status == "already_released"
+    landed = [r for f in landed_files(settings.lake_dir)
+              for r in pq.read_table(f.path, columns=["match_id", "board"]).to_pylist()]
+    assert landed.count({"match_id": "lap-2", "board": "best-lap"}) == 1
+    speed.rebase(run_batch(settings, date(2026, 12, 1)).manifest)
+    assert _laps(settings, redis_client) == [("alice", 700)]
+    assert _top(settings, redis_client) == [("alice", 5)]  # the lap counts on best-lap only
+
+
+def test_a_refused_score_is_validated_again_as_a_score_to_its_board(tmp_path, redis_client):
+    """Regression: a score refused for a time ahead of the clock was released as a match
+    event (refused again: no region); now it is judged as a score to its board, and lands
+    there once its time has come."""
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    report = _scores(settings, speed, [("lap-9", "bob", 650)], played=NOW + timedelta(hours=1))
+    assert report.reasons == {"event_time_in_future": 1}
+    [row], _ = list_quarantine(settings.lake_dir)
+    assert row.board == "best-lap"
+    [early], _ = release_rows(speed, [row.id], NOW)
+    assert (early.status, early.reason) == ("rejected", "event_time_in_future")
+    [outcome], _ = release_rows(speed, [row.id], LATER + timedelta(minutes=1))
+    assert outcome.status == "released", outcome
+    assert _laps(settings, redis_client) == [("bob", 650)]

@@ -66,8 +66,9 @@ def quarantine(
         description="`next_cursor` of the previous page: the rows after it")] = None,
 ) -> dict[str, Any]:
     """Rows in landing order (by landing day, writer and file), each with its `id` (what a
-    release takes), the values as sent, `reason`, `detail`, `source`, `ingested_at` and
-    `released` (a release landed it); `next_cursor` is null on the last page."""
+    release takes), the values as sent, `board` (the direct board of a submitted score, null
+    for a match event), `reason`, `detail`, `source`, `ingested_at` and `released` (a
+    release landed it); `next_cursor` is null on the last page."""
     try:
         instant = None if since is None else parse_since(since)
     except ValueError as exc:

@@ -117,7 +117,10 @@ def _is_text(value: str) -> bool:
                                           "Retry-After)",
                                      s422="the submission is refused: `error` is the reason "
                                           "(`score_expected`, `delta_expected`, "
-                                          "`points_out_of_bounds`, `too_late`, ...)")})
+                                          "`points_out_of_bounds`, `too_late`, ...); "
+                                          "`implausible_rate`: past the player's events "
+                                          "per minute, held in the quarantine for review "
+                                          "(a release lands it on this board)")})
 async def submit_score(
     service: ServiceDep,
     request: Request,

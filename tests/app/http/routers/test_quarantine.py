@@ -123,3 +123,29 @@ def test_a_release_whose_fold_failed_is_folded_by_the_next_ingest(http, monkeypa
                      json={"events": [_event("m9", "bob", 1)]}).status_code == 200
     top = http.get("/v1/boards/global/top", params={"n": 2}).json()["entries"]
     assert [(e["player_id"], e["score"]) for e in top] == [("alice", 50), ("bob", 1)]
+
+
+def test_scores_are_held_for_rate_and_released_once_over_http(http):
+    """Regression: direct scores had no per-player rate hold and could not be released.
+    A score past the player's minute answers 422 `implausible_rate` and lies in the
+    quarantine with its board; a release lands it on that board once."""
+    server, admin = {"X-API-Key": KEY}, {"X-Admin-Key": ADMIN}
+    assert http.post("/v1/events", headers=server,
+                     json={"events": [_event("m1", "alice", 5)]}).status_code == 200
+    first = http.post("/v1/boards/best-lap/scores", headers=server,
+                      json={"player_id": "alice", "match_id": "lap-1", "score": 900})
+    assert first.status_code == 200, first.text
+    held = http.post("/v1/boards/best-lap/scores", headers=server,
+                     json={"player_id": "alice", "match_id": "lap-2", "score": 700})
+    assert held.status_code == 422, held.text
+    assert (held.json()["error"], held.json()["accepted"]) == ("implausible_rate", False)
+    assert "quarantine release" in held.json()["message"]
+    [row] = http.get("/v1/admin/quarantine", headers=admin,
+                     params={"reason": "implausible_rate"}).json()["rows"]
+    assert (row["board"], row["match_id"], row["points"]) == ("best-lap", "lap-2", "700")
+    done = http.post("/v1/admin/quarantine/release", headers=admin, json={"ids": [row["id"]]})
+    assert done.json()["results"][0]["status"] == "released", done.text
+    again = http.post("/v1/admin/quarantine/release", headers=admin, json={"ids": [row["id"]]})
+    assert again.json()["results"][0]["status"] == "already_released"
+    top = http.get("/v1/boards/best-lap/top", params={"n": 2}).json()["entries"]
+    assert [(e["player_id"], e["score"]) for e in top] == [("alice", 700)]
