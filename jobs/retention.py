@@ -38,6 +38,7 @@ from leaderboard.lake import (
 from leaderboard.manifest import Manifest, read_current
 from leaderboard.settings import Settings
 from leaderboard.timeutil import format_instant
+from leaderboard.voids import read_voids, voids_before, voids_digest
 
 __all__ = [
     "LEDGER",
@@ -151,6 +152,29 @@ def _delete_partition(partition: Path) -> int:
     return deleted
 
 
+def _voids_waiting(lake: Path, published: Manifest) -> str | None:
+    """Why the first deletion must wait for a void (None: it need not). Once raw events are
+    gone the batch never recomputes in full again (it would miss them), so a void of an
+    event the live version absorbed reaches the batch only through a full recompute before
+    that: until the live version holds every void of the lake, deleting would bring the
+    voided result back with the next version (and the speed layer, which recomputes a base
+    part from raw rows, stops at the same line). After the first deletion waiting gains
+    nothing (README: the limit), so only the first one waits."""
+    if deleted_through(lake) is not None:
+        return None
+    voids = read_voids(lake)
+    if not voids:
+        return None
+    applied = voids_digest(voids_before(lake, published.watermark_at))
+    pending = [v for v in voids if v.at >= published.watermark_at]
+    if not pending and published.inputs.get("voids", "") == applied:
+        return None
+    return (f"the live batch version {published.version} has not applied every void in the "
+            "lake yet, and the first deletion of raw events would keep them from ever "
+            "reaching the batch: deleting nothing; run the next batch first (the DAG's next "
+            "night does), then retention again")
+
+
 def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
                     dry_run: bool = False, say: Say | None = None) -> RetentionReport:
     """Delete the expired raw-event partitions nothing needs any more; safe to rerun."""
@@ -169,6 +193,11 @@ def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: Spee
             say(report.skipped)
             return report
         watermark = min(watermark, speed.watermark)
+    waiting = _voids_waiting(lake, published)
+    if waiting:
+        report.skipped = waiting
+        say(report.skipped)
+        return report
     absorbed = absorbed_with_compactions(lake, published.inputs.get("files", {}))
     by_day: dict[date, list[tuple[str, datetime]]] = {}
     for landed in landed_files(lake):

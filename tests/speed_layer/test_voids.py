@@ -16,6 +16,8 @@ from lakes import EXOTIC, batches, day, random_stream, registry_from, write_regi
 from oracle import absorbed_events, reference_standings
 
 from jobs.batch import run_batch
+from jobs.compact import SpeedWatermark
+from jobs.retention import apply_retention
 from leaderboard import faults
 from leaderboard.lake import LandingWriter
 from leaderboard.settings import Settings
@@ -223,3 +225,47 @@ def test_a_void_keeps_a_direct_score_sharing_a_match_id_with_the_players_event(w
     assert served.player("global", "dee", "all-time")["score"] == 5
     assert served.player("coins", "dee", "all-time")["score"] == 4
     assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_a_void_applied_before_the_first_retention_stays_applied(world, redis_client):
+    """The first retention ends full recomputes (a full one would miss the deleted events),
+    so a void the live batch version had not applied yet could never reach the batch: the
+    next version counted the voided result again and, the void being before its
+    watermark, the rebase left it there: a voided result came back with no new input.
+    Retention waits until the live version has every void in the lake."""
+    lake, registry, speed, settings = world
+
+    def row(match: str, player: str, points: int, at: str) -> dict:
+        return {"match_id": match, "player_id": player, "points": points,
+                "event_time": day(at), "region": "na", "mode": "ranked", "server_id": "s1",
+                "ingested_at": day(at)}
+
+    ingest(speed, lake, registry, [row("m-old", "ann", 2, "2026-11-26T10:00:00"),
+                                   row("m-bad", "dee", 5, "2026-11-27T10:00:00"),
+                                   row("m-ok", "ann", 1, "2026-11-27T11:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 27)).manifest)
+    served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-28T12:00:00"))
+
+    def dee() -> str:
+        served._pointer = None
+        return str(served.player("global", "dee", "all-time")["status"])
+
+    assert dee() == "ranked"
+    assert speed.void("m-bad", None, day("2026-11-28T00:30:00"), "exploit") == ["dee"]
+    assert dee() == "unranked"
+    pointer = speed.current()
+    live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
+    waited = apply_retention(lake, date(2026, 11, 28), 1, speed=live)
+    assert waited.deleted == []
+    assert waited.skipped is not None
+    assert "void" in waited.skipped
+    speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)  # full: applies the void
+    assert dee() == "unranked"
+    pointer = speed.current()
+    live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
+    assert apply_retention(lake, date(2026, 11, 28), 1, speed=live).deleted == ["2026-11-26"]
+    speed.rebase(run_batch(settings, date(2026, 11, 29)).manifest)
+    assert dee() == "unranked"
+    redis_client.flushall()
+    speed.rebuild(day("2026-11-30T01:00:00"))
+    assert dee() == "unranked"
