@@ -14,7 +14,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from leaderboard.quarantine import list_quarantine, released_at, released_ids
+from leaderboard.quarantine import StaleCursor, list_quarantine, released_at, released_ids
 from leaderboard.timeutil import to_utc
 from leaderboard.validation import REASONS
 
@@ -111,8 +111,11 @@ def _cmd_quarantine(args: argparse.Namespace) -> int:
             since = None if args.since is None else parse_since(args.since)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        answer = quarantine_page(settings.lake_dir, reason=args.reason, since=since,
-                                 limit=args.limit, cursor=args.cursor)
+        try:
+            answer = quarantine_page(settings.lake_dir, reason=args.reason, since=since,
+                                     limit=args.limit, cursor=args.cursor)
+        except StaleCursor as exc:
+            raise UsageError(str(exc)) from None
         render: Callable[[dict[str, Any]], Any] = render_page
         code = 0
     else:

@@ -8,7 +8,11 @@ erasure may rewrite one without a player's rows, moving later rows up, so a row 
 by its digest at or above the row number it was listed at, and the ledger keys a release
 by file and a 16-digit fingerprint of the row (`QuarantineRow.key`; the id's 8 digits
 collide within a large file), not by row number. A listing walks files in (ingest_date,
-writer, seq) order, and its cursor is the id of the last row returned.
+writer, seq) order, and its cursor is the id of the last row returned: the next page resumes
+after that row wherever it now lies (found by its digest, as a release finds it), so an
+erasure between pages skips nothing; if the erasure removed that very row, the cursor is
+stale (`StaleCursor`: list again from the start). A cursor naming a file that is gone
+resumes after its place (an erasure that emptied a file leaves nothing of it to list).
 
 A release re-lands chosen rows (`speed_layer.review`). Its ledger is one JSON file per
 release under `lake/quarantine_releases/`, written before the rows land, naming the ids
@@ -46,7 +50,7 @@ from leaderboard.schema import INPUT_FIELDS
 from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["QUARANTINE_ID_PATTERN", "RELEASE_WRITER", "QuarantineRow", "Release",
-           "find_rows", "list_quarantine", "parse_quarantine_id", "read_releases",
+           "StaleCursor", "find_rows", "list_quarantine", "parse_quarantine_id", "read_releases",
            "released_at", "released_ids", "row_key", "write_release"]
 
 #: The id of a quarantined row (see the module docstring).
@@ -137,6 +141,18 @@ def _rows_of(found: LandedFile, columns: dict[str, list[Any]],
             board=columns["board"][row] if "board" in columns else None)
 
 
+class StaleCursor(ValueError):
+    """The row a listing's cursor names is no longer in its file (an erasure removed it)."""
+
+
+def _find(columns: dict[str, list[Any]], row: int, digest: str) -> int | None:
+    """Where the row listed at `row` with `digest` lies now: at that number or above it
+    (rows move up when an erasure removes rows before them); None if it is gone."""
+    count = len(columns["reason"])
+    return next((r for r in range(min(row, count - 1), -1, -1)
+                 if _row_digest(columns, r) == digest), None)
+
+
 def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | None = None,
                     limit: int = 100, after: str | None = None
                     ) -> tuple[list[QuarantineRow], str | None]:
@@ -152,6 +168,7 @@ def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | 
         if start is not None and position < start[:3]:
             continue
         table = pq.read_table(landed.path)
+        columns = _columns(table)
         keep = pa.array([True] * table.num_rows)
         if reason is not None:
             keep = pc.and_(keep, pc.equal(table.column("reason"), reason))
@@ -161,8 +178,14 @@ def list_quarantine(lake: Path, *, reason: str | None = None, since: datetime | 
                 pa.scalar(since, table.schema.field("ingested_at").type)))
         rows = [i for i, ok in enumerate(pc.fill_null(keep, False).to_pylist()) if ok]
         if start is not None and position == start[:3]:
-            rows = [i for i in rows if i > start[3]]
-        for row in _rows_of(landed, _columns(table), rows):
+            at = _find(columns, start[3], start[4])
+            if at is None:
+                raise StaleCursor(
+                    f"cursor {after}: that row is no longer in the quarantine (an erasure "
+                    "removed it since the page was listed); list again without a cursor "
+                    "(`since` skips what you have seen)")
+            rows = [i for i in rows if i > at]
+        for row in _rows_of(landed, columns, rows):
             if len(found) == limit:
                 return found, found[-1].id
             found.append(row)
@@ -186,10 +209,8 @@ def find_rows(lake: Path, ids: list[str]) -> dict[str, QuarantineRow]:
         if not asked:
             continue
         columns = _columns(pq.read_table(landed.path))
-        count = len(columns["reason"])
         for row, digest, text in asked:
-            at = next((r for r in range(min(row, count - 1), -1, -1)
-                       if _row_digest(columns, r) == digest), None)
+            at = _find(columns, row, digest)
             if at is not None:
                 found[text] = next(_rows_of(landed, columns, [at]))
     return found

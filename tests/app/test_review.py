@@ -65,3 +65,22 @@ def test_a_held_score_is_released_from_the_cli(data, capsys):
     assert json.loads(capsys.readouterr().out)["results"][0]["status"] == "released"
     assert main(["rank", "best-lap", "zoe", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["score"] == 800
+
+
+def test_a_stale_cursor_is_refused_with_what_to_do(data, capsys):
+    """The CLI's side of the stale cursor (an erasure removed the cursor's row): exit 2 and
+    the way on, no traceback."""
+    moon = data.parent / "moon.jsonl"
+    moon.write_text("".join(json.dumps(
+        {"match_id": "m9", "player_id": player, "points": 1, "event_time":
+         "2026-12-01T17:00:00Z", "region": "moon", "mode": "casual"}) + "\n"
+        for player in ("ann", "ben")))
+    assert main(["ingest", str(moon)]) == 0
+    capsys.readouterr()
+    assert main(["quarantine", "list", "--reason", "unknown_region", "--limit", "1",
+                 "--json"]) == 0
+    cursor = json.loads(capsys.readouterr().out)["next_cursor"]
+    assert main(["erase", "ann", "--yes"]) == 0
+    capsys.readouterr()
+    assert main(["quarantine", "list", "--cursor", cursor]) == 2
+    assert "list again without a cursor" in capsys.readouterr().err

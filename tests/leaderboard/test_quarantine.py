@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from leaderboard.lake import LandingWriter
 from leaderboard.quarantine import (
     QUARANTINE_ID_PATTERN,
+    StaleCursor,
     find_rows,
     list_quarantine,
     parse_quarantine_id,
@@ -85,3 +87,26 @@ def test_a_row_is_found_after_rows_before_it_are_removed(lake):
 
 def _place(row_id: str) -> str:
     return row_id.rsplit(".", 1)[0]
+
+
+def test_a_page_resumes_after_its_cursor_row_wherever_an_erasure_moved_it(lake):
+    """Regression: the cursor resumed after the row number it was listed at, so an erasure
+    of rows before it between two pages moved the next rows up past it and they were never
+    listed. Now the next page starts after the cursor's row where it lies now; a cursor
+    whose own row was erased is refused (StaleCursor), never guessed."""
+    with LandingWriter(lake, "a") as a:
+        [written] = a.quarantine(_rows(["too_late"] * 5, "r"), DAY1)
+    first, cursor = list_quarantine(lake, limit=2)
+    assert [r.values["match_id"] for r in first] == ["r0", "r1"]
+    table = pq.read_table(written.path)
+    pq.write_table(table.slice(1), written.path)  # r0 erased: r1.. move up a row
+    rest, end = list_quarantine(lake, limit=10, after=cursor)
+    assert ([r.values["match_id"] for r in rest], end) == (["r2", "r3", "r4"], None)
+    second, cursor = list_quarantine(lake, limit=2, after=cursor)
+    assert [r.values["match_id"] for r in second] == ["r2", "r3"]
+    table = pq.read_table(written.path)
+    pq.write_table(table.filter(pa.array([m != "r3" for m in
+                                          table.column("match_id").to_pylist()])),
+                   written.path)  # r3, the cursor's row, erased
+    with pytest.raises(StaleCursor, match="list again without a cursor"):
+        list_quarantine(lake, after=cursor)

@@ -22,7 +22,7 @@ from app.review import (
     quarantine_page,
     release_answer,
 )
-from leaderboard.quarantine import QUARANTINE_ID_PATTERN
+from leaderboard.quarantine import QUARANTINE_ID_PATTERN, StaleCursor
 from leaderboard.validation import REASONS
 
 __all__ = ["ReleaseRequest", "router"]
@@ -50,7 +50,10 @@ router = APIRouter(tags=["admin"], responses=documented(
 Reason = Literal[tuple(sorted(REASONS))]  # type: ignore[valid-type]
 
 
-@router.get("/v1/admin/quarantine", summary="List quarantined rows")
+@router.get("/v1/admin/quarantine", summary="List quarantined rows",
+            responses=documented(409, s409="`stale_cursor`: an erasure removed the row the "
+                                           "cursor names since that page was listed: list "
+                                           "again without a cursor"))
 def quarantine(
     service: AdminDep,
     reason: Annotated[Reason | None,  # type: ignore[valid-type]
@@ -63,7 +66,8 @@ def quarantine(
                                 description="rows per page")] = DEFAULT_LIMIT,
     cursor: Annotated[str | None, Query(
         pattern=QUARANTINE_ID_PATTERN,
-        description="`next_cursor` of the previous page: the rows after it")] = None,
+        description="`next_cursor` of the previous page: the rows after it, wherever an "
+                    "erasure since moved it (409 `stale_cursor` if it erased that row)")] = None,
 ) -> dict[str, Any]:
     """Rows in landing order (by landing day, writer and file), each with its `id` (what a
     release takes), the values as sent, `board` (the direct board of a submitted score, null
@@ -73,8 +77,11 @@ def quarantine(
         instant = None if since is None else parse_since(since)
     except ValueError as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
-    return quarantine_page(service.settings.lake_dir, reason=reason, since=instant,
-                           limit=limit, cursor=cursor)
+    try:
+        return quarantine_page(service.settings.lake_dir, reason=reason, since=instant,
+                               limit=limit, cursor=cursor)
+    except StaleCursor as exc:
+        raise ApiError(409, "stale_cursor", str(exc)) from None
 
 
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {

@@ -149,3 +149,27 @@ def test_scores_are_held_for_rate_and_released_once_over_http(http):
     assert again.json()["results"][0]["status"] == "already_released"
     top = http.get("/v1/boards/best-lap/top", params={"n": 2}).json()["entries"]
     assert [(e["player_id"], e["score"]) for e in top] == [("alice", 700)]
+
+
+def test_the_cursor_survives_an_erasure_between_pages(http):
+    """Regression: an erasure (DELETE /v1/admin/players/{id}) rewrites the quarantine files
+    without the player's rows; the next page resumed at the cursor's old row number and
+    skipped the rows that moved up. Now it resumes after the cursor's row; a cursor whose
+    row was erased answers 409 `stale_cursor` saying to list again."""
+    server, admin = {"X-API-Key": KEY}, {"X-Admin-Key": ADMIN}
+    refused = http.post("/v1/events", headers=server, json={"events": [
+        {**_event(f"m{n}", player, 1), "region": "moon"}
+        for n, player in enumerate(["ann", "ben", "cat", "dan"])]})
+    assert refused.status_code == 422, refused.text
+    first = http.get("/v1/admin/quarantine", headers=admin, params={"limit": 2}).json()
+    assert [r["player_id"] for r in first["rows"]] == ["ann", "ben"]
+    assert http.delete("/v1/admin/players/ann", headers=admin).status_code == 200
+    rest = http.get("/v1/admin/quarantine", headers=admin,
+                    params={"cursor": first["next_cursor"]}).json()
+    assert [r["player_id"] for r in rest["rows"]] == ["cat", "dan"]
+    assert http.delete("/v1/admin/players/ben", headers=admin).status_code == 200
+    stale = http.get("/v1/admin/quarantine", headers=admin,
+                     params={"cursor": first["next_cursor"]})
+    assert stale.status_code == 409
+    assert stale.json()["error"] == "stale_cursor"
+    assert "list again without a cursor" in stale.json()["message"]
