@@ -70,10 +70,12 @@ def admit(client: redis.Redis, server_id: str, events_per_second: float, burst: 
     return Admission(False, retry_after=max(1, math.ceil(value)))
 
 
-def check_rate(client: redis.Redis, keys: ApiKeys, server_id: str, events: int) -> None:
+def check_rate(client: redis.Redis, keys: ApiKeys, server_id: str, events: int, *,
+               what: str | None = None) -> None:
     """Admit a request of `events` events from the server, or refuse it whole: 429 with
     Retry-After when its bucket is short, 413 when the batch is larger than its burst (it
-    could never pass)."""
+    could never pass). `what`: a write that is no batch of events (a profile), costing one
+    token of the same bucket, named so in the refusal."""
     limit = keys.limit_of(server_id)
     if limit is None:
         return
@@ -85,9 +87,11 @@ def check_rate(client: redis.Redis, keys: ApiKeys, server_id: str, events: int) 
                        "batch")
     found = admit(client, server_id, rate, burst, events)
     if not found.allowed:
+        refused = (f"this request of {events:,} events was refused whole and nothing of it "
+                   "landed" if what is None else f"{what} counts as one and was refused: "
+                                                 "nothing was saved")
         raise ApiError(429, "rate_limited",
                        f"server {server_id} may send {rate:g} events a second (bursts of "
-                       f"{burst:,}); this request of {events:,} events was refused whole and "
-                       f"nothing of it landed: retry it after {found.retry_after} s",
+                       f"{burst:,}); {refused}: retry it after {found.retry_after} s",
                        headers={"Retry-After": str(found.retry_after)},
                        retry_after=found.retry_after)

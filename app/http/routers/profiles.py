@@ -23,6 +23,7 @@ from app.http.auth import (
 )
 from app.http.errors import ApiError, documented
 from app.http.params import PlayerId, json_answer
+from app.http.ratelimit import check_rate
 from app.http.routers.ingest import server_and_body
 from app.http.service import Service, ServiceDep
 from leaderboard.profiles import (
@@ -112,9 +113,13 @@ def _save(service: Service, profile: Profile, server_id: str) -> Profile:
             openapi_extra={"requestBody": {"required": True, "content": {
                 "application/json": {"schema": PROFILE_BODY_SCHEMA}}}},
             responses={200: {"description": "the profile as stored", **_ANSWER},
-                       **documented(400, 401, 403, 413, 422, 503,
+                       **documented(400, 401, 403, 413, 422, 429, 503,
                                     s400="the body is not JSON",
                                     s413="the body is over 16 KiB",
+                                    s429="the server's rate limit (keys file "
+                                         "`events_per_second`/`burst`; a profile write is "
+                                         "one event): nothing was saved; retry after "
+                                         "Retry-After",
                                     s401="no credential, or a signature without X-Timestamp",
                                     s403="a wrong key or signature",
                                     s422="a field breaks the rules: `error` is "
@@ -131,14 +136,18 @@ async def put_profile(
     x_timestamp: Annotated[str | None, Header(description="Unix seconds the signature "
                                                           "covers (with X-Signature)")] = None,
 ) -> Any:
-    """A game server's credential, as for `POST /v1/events`. Latest write wins; every write
-    is kept in the lake's profile log."""
+    """A game server's credential, as for `POST /v1/events`, and its rate limit: a write is
+    one event of its bucket. Latest write wins; every write is kept in the lake's profile
+    log."""
     server_id, body = await server_and_body(
         service, request, bearer, x_api_key, x_signature, x_server_id, x_timestamp,
         limit=MAX_PROFILE_BODY, advice="a profile holds only display_name, country and "
                                        "avatar_url")
     try:
         profile = parse_profile(player_id, _fields(body))
+        # One token of the server's bucket, as one event (429 with Retry-After, nothing saved).
+        await run_in_threadpool(check_rate, service.client, service.config.keys, server_id, 1,
+                                what="a profile write")
         stored = await run_in_threadpool(_save, service, profile, server_id)
     except ProfileError as exc:  # a bad field, or an erased player
         raise ApiError(422, exc.code, str(exc)) from None

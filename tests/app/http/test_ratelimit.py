@@ -133,3 +133,27 @@ def test_serve_with_two_workers_shares_one_bucket(tmp_path, redis_server, redis_
             statuses.append(answer.status_code)
     assert sorted(statuses) == [200] * 4 + [429] * 6, statuses
     assert len(_landed(data / "lake")) == 4
+
+
+def test_profile_writes_take_the_same_bucket(two_apps):
+    """Regression: PUT /v1/players/{id}/profile had no rate limit. A write is one event of
+    the server's bucket (shared with its events, across apps): past it, 429 with
+    Retry-After and nothing saved."""
+    a, b, _ = two_apps
+    headers = {"Authorization": f"Bearer {KEY}"}
+    assert _post(a, [_event(1), _event(2)]).status_code == 200
+    for n, app in enumerate((a, b)):
+        put = app.put(f"/v1/players/p{n}/profile", headers=headers,
+                      json={"display_name": f"Player {n}"})
+        assert put.status_code == 200, put.text
+    refused = b.put("/v1/players/p9/profile", headers=headers, json={"display_name": "Nine"})
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"] == "rate_limited"
+    assert "a profile write counts as one and was refused: nothing was saved" in (
+        refused.json()["message"])
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert a.get("/v1/players/p9/profile").status_code == 404
+    assert _post(a, [_event(3)]).status_code == 429  # the events share the empty bucket
+    free = a.put("/v1/players/p9/profile", headers={"Authorization": f"Bearer {FREE}"},
+                 json={"display_name": "Nine"})
+    assert free.status_code == 200
