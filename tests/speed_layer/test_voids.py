@@ -269,3 +269,57 @@ def test_a_void_applied_before_the_first_retention_stays_applied(world, redis_cl
     redis_client.flushall()
     speed.rebuild(day("2026-11-30T01:00:00"))
     assert dee() == "unranked"
+
+
+def test_voids_on_a_direct_min_board_with_earliest_ties(tmp_path, redis_client):
+    """A best-lap board (direct, min, asc, earliest ties): a void of a player's best lap the
+    base absorbed brings back their next best (and when they reached it), a void of a speed
+    lap likewise, and a void of a match also removes the laps submitted under its id; the
+    merged answers equal the batch of everything after each, and after a rebase and a
+    rebuild."""
+    raw = {**EXOTIC, "boards": [*EXOTIC["boards"], {
+        "name": "lap", "source": "direct", "aggregation": "min", "order": "asc",
+        "ties": "earliest", "windows": ["weekly", "all-time"], "min_points": 1,
+        "max_points": 1000000}]}
+    config = tmp_path / "lap.toml"
+    write_registry(config, raw)
+    registry = registry_from(raw)
+    lake = tmp_path / "data" / "lake"
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(lake.parent),
+                                  "LEADERBOARD_CONFIG": str(config)})
+    speed = SpeedLayer(redis_client, registry, lake)
+
+    def laps(rows: list[tuple[str, str, int, str]], writer: str) -> None:
+        with LandingWriter(lake, writer) as landing:
+            ingestor = Ingestor(registry, landing, speed)
+            for match, player, ms, at in rows:
+                _at, table = batches([{"match_id": match, "player_id": player, "points": ms,
+                                       "event_time": day(at), "region": "", "mode": "",
+                                       "server_id": "s1", "ingested_at": day(at)}])[0]
+                ingestor.ingest(table, now=day(at), source="t", board=registry.board("lap"))
+
+    laps([("r1", "ann", 900, "2026-11-28T09:00:00"), ("r1", "bob", 900, "2026-11-28T09:00:00"),
+          ("r2", "ann", 800, "2026-11-28T10:00:00"), ("r2", "cy", 850, "2026-11-28T10:00:00"),
+          ("r3", "bob", 800, "2026-11-28T11:00:00")], "a")
+    ingest(speed, lake, registry, [
+        {"match_id": "r2", "player_id": "cy", "points": 7, "event_time": day("2026-11-28T10:00:00"),
+         "region": "na", "mode": "ranked", "server_id": "s1",
+         "ingested_at": day("2026-11-28T10:00:00")}], writer="b")
+    speed.rebase(run_batch(settings, START.date()).manifest)
+    laps([("r4", "cy", 700, "2026-11-29T09:00:00"), ("r5", "ann", 750, "2026-11-29T10:00:00"),
+          ("r5", "bob", 760, "2026-11-29T10:00:00")], "a")
+    assert_served_as_reference(lake, registry, redis_client)
+    at = day("2026-11-29T12:00:00")
+    assert speed.void("r2", "ann", at, "cut the track") == ["ann"]  # absorbed best
+    assert_served_as_reference(lake, registry, redis_client)
+    assert speed.void("r4", "cy", at, "cut the track") == ["cy"]  # a speed lap
+    assert_served_as_reference(lake, registry, redis_client)
+    assert sorted(speed.void("r2", None, at, "bad server")) == ["ann", "cy"]  # laps, event
+    assert_served_as_reference(lake, registry, redis_client)
+    speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)
+    assert_served_as_reference(lake, registry, redis_client)
+    redis_client.flushall()
+    speed.rebuild(day("2026-11-29T13:00:00"))
+    assert_served_as_reference(lake, registry, redis_client)
+    speed.rebase(run_batch(settings, date(2026, 11, 29)).manifest)
+    assert_served_as_reference(lake, registry, redis_client)
