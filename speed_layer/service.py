@@ -609,11 +609,18 @@ class SpeedLayer:
         voided rows left out. None when no void the base did not apply (at or after its
         watermark) names one of those rows: the base key is right as it is. Also None once
         retention deleted raw events: the rows of old windows are gone, so the base key
-        stays (docs/architecture.md: the limit)."""
+        stays (docs/architecture.md: the limit); and None for a player the base left out
+        (banned before its watermark)."""
         if version.version is None or version.watermark is None:
             return None
         late = [v for v in read_voids(self.lake) if v.at >= version.watermark]
         if not late or (self.lake / "retention.json").exists():
+            return None
+        if player in banned_players(self.lake, before=version.watermark):
+            # The base left the player out (banned before its watermark): unbanned since,
+            # they are served the events since the watermark until the next batch
+            # (docs/architecture.md, known limits), so no base part is theirs to recompute;
+            # a seed would bring their whole history back, only because a void named it.
             return None
         mark = pa.scalar(version.watermark, pa.timestamp("us", tz="UTC"))
         parts = []

@@ -323,3 +323,33 @@ def test_voids_on_a_direct_min_board_with_earliest_ties(tmp_path, redis_client):
     assert_served_as_reference(lake, registry, redis_client)
     speed.rebase(run_batch(settings, date(2026, 11, 29)).manifest)
     assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_a_void_does_not_bring_back_the_history_of_a_player_unbanned_across_the_watermark(
+        world, redis_client):
+    """A player the base left out (banned before its watermark) and unbanned since is served
+    the events since the watermark until the next batch (docs/architecture.md, known
+    limits). A void of one of their older results made the unban recompute their base part
+    from raw rows, so they got their whole history back at once, only because a void named
+    it: 7 served, not 2."""
+    lake, registry, speed, settings = world
+
+    def row(match: str, player: str, points: int, at: str) -> dict:
+        return {"match_id": match, "player_id": player, "points": points,
+                "event_time": day(at), "region": "na", "mode": "ranked", "server_id": "s1",
+                "ingested_at": day(at)}
+
+    ingest(speed, lake, registry, [row("m1", "p", 5, "2026-11-28T09:00:00"),
+                                   row("m1", "q", 1, "2026-11-28T09:00:00"),
+                                   row("m2", "p", 3, "2026-11-28T10:00:00")])
+    speed.ban("p", day("2026-11-28T12:00:00"))
+    speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)
+    ingest(speed, lake, registry, [row("m3", "p", 2, "2026-11-29T09:00:00")], writer="x")
+    speed.void("m2", "p", day("2026-11-29T10:00:00"), "wrong score")
+    speed.unban("p", day("2026-11-29T11:00:00"))
+    served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-30T12:00:00"))
+    assert served.player("global", "p", "all-time")["score"] == 2
+    speed.rebase(run_batch(settings, date(2026, 11, 29)).manifest)
+    served._pointer = None
+    assert served.player("global", "p", "all-time")["score"] == 7
+    assert_served_as_reference(lake, registry, redis_client)
