@@ -228,33 +228,42 @@ class MemoryPeaks:
 
 @dataclass
 class Timeline:
-    """Step messages of one run_batch call, and time spent in wrapped calls, by label."""
+    """Step messages of one run_batch call, and time spent in wrapped calls, by label: wall
+    seconds and this process's CPU seconds (time.process_time: DuckDB's threads included,
+    other people's work on a busy machine not)."""
 
     began: float = field(default_factory=time.perf_counter)
-    steps: list[tuple[float, str]] = field(default_factory=list)
+    began_cpu: float = field(default_factory=time.process_time)
+    steps: list[tuple[float, str, float]] = field(default_factory=list)
     calls: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cpu_calls: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     ended: float = 0.0
+    ended_cpu: float = 0.0
     cpu: float = 0.0  # CPU seconds of the run (see _cpu)
     error: str = ""  # why the run failed, if it did (the times then run up to the failure)
     on_step: Callable[[str], None] | None = None
     memory: MemoryPeaks | None = None  # DuckDB's peak memory and spill, when watched
 
     def step(self, message: str) -> None:
-        self.steps.append((time.perf_counter(), message))
+        self.steps.append((time.perf_counter(), message, time.process_time()))
         if self.on_step is not None:
             self.on_step(message)
 
-    def add(self, label: str, seconds: float, *, count: bool = True) -> None:
+    def add(self, label: str, seconds: float, cpu: float, *, count: bool = True) -> None:
         self.calls[label] += seconds
+        self.cpu_calls[label] += cpu
         self.counts[label] += count
 
-    def stages(self) -> list[tuple[str, float]]:
-        """(stage, seconds): before the first message, then from each message to the next."""
-        marks = [(self.began, "setup: list files, earliest date, calendar, bans")]
-        marks += [(t, _stage_name(m)) for t, m in self.steps]
-        ends = [t for t, _ in marks[1:]] + [self.ended]
-        return [(name, end - start) for (start, name), end in zip(marks, ends, strict=True)]
+    def stages(self) -> list[tuple[str, float, float]]:
+        """(stage, wall seconds, CPU seconds): before the first message, then from each
+        message to the next."""
+        marks = [(self.began, "setup: list files, earliest date, calendar, bans",
+                  self.began_cpu)]
+        marks += [(t, _stage_name(m), c) for t, m, c in self.steps]
+        ends = [(t, c) for t, _, c in marks[1:]] + [(self.ended, self.ended_cpu)]
+        return [(name, end - start, end_cpu - start_cpu)
+                for (start, name, start_cpu), (end, end_cpu) in zip(marks, ends, strict=True)]
 
     @property
     def seconds(self) -> float:
@@ -310,9 +319,9 @@ class _TimedConnection:
 
     def _call(self, method: str, sql: str, *args: Any, **kwargs: Any) -> _TimedResult:
         label = "sql: " + _sql_label(sql)
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         result = getattr(self._con, method)(sql, *args, **kwargs)
-        self._timeline.add(label, time.perf_counter() - began)
+        self._timeline.add(label, time.perf_counter() - began, time.process_time() - began_cpu)
         return _TimedResult(result, label, self._timeline)
 
     def execute(self, sql: str, *args: Any, **kwargs: Any) -> _TimedResult:
@@ -337,22 +346,23 @@ class _TimedResult:
             return attr  # to_arrow_reader is lazy: its work lands in the standings writer
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             try:
                 return attr(*args, **kwargs)
             finally:
-                self._timeline.add(self._label, time.perf_counter() - began, count=False)
+                self._timeline.add(self._label, time.perf_counter() - began,
+                                   time.process_time() - began_cpu, count=False)
         return timed
 
 
 def _timed(function: Callable[..., Any], label: str, timeline: Timeline) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         try:
             return function(*args, **kwargs)
         finally:
-            timeline.add(label, time.perf_counter() - began)
+            timeline.add(label, time.perf_counter() - began, time.process_time() - began_cpu)
     return wrapper
 
 
@@ -424,7 +434,7 @@ def _run(settings: Settings, as_of: date, progress: Progress, label: str, *, eng
     try:
         with _engines(timeline, instrument):
             cpu = _cpu()
-            timeline.began = time.perf_counter()
+            timeline.began, timeline.began_cpu = time.perf_counter(), time.process_time()
             result: batch.BatchResult | None = None
             try:
                 # Sections reuse a data dir and go back a night: rewinding is the point.
@@ -432,7 +442,7 @@ def _run(settings: Settings, as_of: date, progress: Progress, label: str, *, eng
                                          step=timeline.step, allow_rewind=True)
             except Exception as exc:  # reported by the caller
                 timeline.error = f"{type(exc).__name__}: {exc}"[:400]
-            timeline.ended = time.perf_counter()
+            timeline.ended, timeline.ended_cpu = time.perf_counter(), time.process_time()
             timeline.cpu = _cpu() - cpu
     finally:
         if timeline.memory is not None:
@@ -666,12 +676,16 @@ def _figures(console: Console, title: str, rows: list[tuple[str, str]]) -> None:
 
 def _breakdown(console: Console, title: str, timeline: Timeline) -> None:
     total = timeline.seconds
+    total_cpu = max(timeline.ended_cpu - timeline.began_cpu, 1e-9)
     table = Table(title=title, title_justify="left", title_style="bold")
     table.add_column("stage (between run_batch step messages)")
-    table.add_column("seconds", justify="right")
+    table.add_column("wall s", justify="right")
     table.add_column("share", justify="right")
-    for name, seconds in timeline.stages():
-        table.add_row(name, f"{seconds:.2f}", f"{seconds / total:.0%}")
+    table.add_column("CPU s", justify="right")
+    table.add_column("share", justify="right")
+    for name, seconds, cpu in timeline.stages():
+        table.add_row(name, f"{seconds:.2f}", f"{seconds / total:.0%}", f"{cpu:.2f}",
+                      f"{cpu / total_cpu:.0%}")
     console.print(table)
     if not timeline.calls:
         return
@@ -680,13 +694,16 @@ def _breakdown(console: Console, title: str, timeline: Timeline) -> None:
                   title_justify="left", title_style="bold")
     calls.add_column("call")
     calls.add_column("n", justify="right")
-    calls.add_column("seconds", justify="right")
+    calls.add_column("wall s", justify="right")
     calls.add_column("share", justify="right")
-    for label, seconds in sorted(timeline.calls.items(), key=lambda kv: -kv[1]):
-        if seconds < 0.005:
+    calls.add_column("CPU s", justify="right")
+    calls.add_column("share", justify="right")
+    for label, seconds in sorted(timeline.cpu_calls.items(), key=lambda kv: -kv[1]):
+        if timeline.calls[label] < 0.005 and seconds < 0.005:
             continue
-        calls.add_row(label, str(timeline.counts[label]), f"{seconds:.2f}",
-                      f"{seconds / total:.0%}")
+        calls.add_row(label, str(timeline.counts[label]), f"{timeline.calls[label]:.2f}",
+                      f"{timeline.calls[label] / total:.0%}", f"{seconds:.2f}",
+                      f"{seconds / total_cpu:.0%}")
     console.print(calls)
 
 
@@ -940,7 +957,7 @@ def _section_spark(args: argparse.Namespace, cache: Path, scratch: Path, console
                          _per(timeline.seconds, timeline.cpu)))
             if name != "warm-up 1x":
                 rows.append((f"  {name} stages, wall s", ", ".join(
-                    f"{stage.split(' (')[0]} {s:.1f}" for stage, s in timeline.stages()
+                    f"{stage.split(' (')[0]} {s:.1f}" for stage, s, _ in timeline.stages()
                     if s >= 0.05)))
     except Exception as exc:  # report and carry on
         rows.append(("spark run failed", repr(exc)[:300]))

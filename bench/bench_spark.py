@@ -77,7 +77,7 @@ def _measure(season: bench_batch.Season, scratch: Path, progress: Progress, labe
         if result is None:
             return f"{label} failed after {timeline.seconds:.1f} s: {timeline.error}"
         rows, digest = _digest(settings.lake_dir)
-    stages = tuple((name.split(" (")[0], seconds) for name, seconds in timeline.stages()
+    stages = tuple((name.split(" (")[0], seconds) for name, seconds, _ in timeline.stages()
                    if seconds >= 0.05)
     return Measured(timeline.seconds, timeline.cpu, result.events, rows, digest, stages)
 
