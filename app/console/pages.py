@@ -207,7 +207,8 @@ def distribution_page(registry: Registry, board: Board, window: str) -> str:
 
 
 def ops_page() -> str:
-    """Batch, speed layer, health, quarantine; ban and unban behind the admin key."""
+    """Batch, speed layer, health, quarantine; ban, unban, void and erase behind the admin
+    key (the API checks it: the page holds no power of its own)."""
     body = (
         '<div class="two"><section><h2>Batch view</h2><dl id="ops-batch" class="kv"></dl>'
         '</section><section><h2>Speed layer</h2><dl id="ops-speed" class="kv"></dl></section>'
@@ -223,8 +224,44 @@ def ops_page() -> str:
         '<button type="submit" data-action="bans">Ban</button>'
         '<button type="submit" data-action="unbans">Unban</button></form>'
         '<p id="admin-result" class="muted">The key is sent as the X-Admin-Key header and kept '
-        "in this tab only (sessionStorage).</p></section>" + _review_section())
+        "in this tab only (sessionStorage).</p></section>" + _void_section()
+        + _erase_section() + _review_section())
     return _layout("ops", "Operations", body)
+
+
+def _confirm(name: str, button: str, extra: str = "") -> str:
+    """The confirm step of an action that cannot be undone: hidden until its form is sent,
+    it says what will happen; only its button sends the request."""
+    return (f'<div id="{name}-confirm" class="confirm" hidden role="alertdialog" '
+            f'aria-labelledby="{name}-confirm-text"><p id="{name}-confirm-text"></p>{extra}'
+            f'<button type="button" id="{name}-yes" class="danger">{button}</button>'
+            f'<button type="button" id="{name}-no">Cancel</button></div>')
+
+
+def _void_section() -> str:
+    """A void of a match, or of one player's result in it (POST /v1/admin/voids)."""
+    return (
+        '<section><h2>Void a result</h2><form id="void" class="search" autocomplete="off">'
+        '<label>Match id <input id="void-match" maxlength="128" required></label>'
+        '<label>Player id <input id="void-player" maxlength="64" placeholder="every player">'
+        '</label><label>Reason <input id="void-reason" maxlength="500" required></label>'
+        '<button type="submit">Void…</button></form>' + _confirm("void", "Void it")
+        + '<p id="void-result" class="muted">With the admin key above. A void cannot be '
+        "undone: a corrected result is a new submission with a new match id.</p></section>")
+
+
+def _erase_section() -> str:
+    """The erasure of a player everywhere (DELETE /v1/admin/players/{id}): the confirm
+    step asks for the id again."""
+    return (
+        '<section><h2>Erase a player</h2><form id="erase" class="search" autocomplete="off">'
+        '<label>Player id <input id="erase-player" maxlength="64" required></label>'
+        '<button type="submit">Erase…</button></form>'
+        + _confirm("erase", "Erase for good", '<label>Type the player id again <input '
+                   'id="erase-again" maxlength="64" autocomplete="off"></label>')
+        + '<p id="erase-result" class="muted">With the admin key above. Right to erasure: '
+        "the player's events, standings, profile and live state go everywhere, and later "
+        "events of the id are refused. It cannot be undone.</p></section>")
 
 
 def _review_section() -> str:

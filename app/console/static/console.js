@@ -558,6 +558,35 @@
     const key = $("#admin-key");
     key.value = sessionStorage.getItem("leaderboard-admin-key") || "";
     reviewQuarantine(key);
+    const adminJson = () => {
+      sessionStorage.setItem("leaderboard-admin-key", key.value);
+      return { "Content-Type": "application/json", Accept: "application/json",
+               "X-Admin-Key": key.value };
+    };
+    irreversible("void", () => {
+      const match = $("#void-match").value.trim();
+      const player = $("#void-player").value.trim();
+      return { text: `Void ${player ? player + "'s result in" : "every result of"} match ` +
+                     `${match}? It counts nowhere from now on; this cannot be undone.`,
+               match, player, reason: $("#void-reason").value };
+    }, async (asked) => {
+      const answer = await api("/v1/admin/voids", { method: "POST", headers: adminJson(),
+        body: JSON.stringify({ match_id: asked.match, player_id: asked.player || null,
+                               reason: asked.reason }) });
+      return `${answer.match_id}${answer.player_id ? " / " + answer.player_id : ""}: ` +
+        `${answer.status} (${num(answer.players.length)} player(s) recomputed)`;
+    });
+    irreversible("erase", () => {
+      const player = $("#erase-player").value.trim();
+      return { text: `Erase player ${player} everywhere (events, standings, profile, live ` +
+                     "state)? Later events of the id are refused; this cannot be undone.",
+               id: player };
+    }, async (asked) => {
+      const answer = await api("/v1/admin/players/" + enc(asked.id),
+                               { method: "DELETE", headers: adminJson() });
+      return `${answer.player_id}: ${answer.status} (${num(answer.lake.rows)} row(s) ` +
+        "removed from the lake)";
+    });
     $("#admin").addEventListener("submit", async (event) => {
       event.preventDefault();
       const action = event.submitter ? event.submitter.dataset.action : "bans";
@@ -573,6 +602,54 @@
         result.className = "up";
         result.textContent = `${answer.player_id}: ${answer.status} ` +
           `(${nf.format(answer.board_windows)} board-windows)`;
+      } catch (error) {
+        result.className = "error";
+        result.textContent = error.message;
+      }
+    });
+  }
+
+  // An action that cannot be undone (void, erase): its form only arms a confirm step that
+  // says what will happen; the confirm button sends it (for an erasure, once the id is
+  // typed again). `describe` reads the form, `send` makes the request and says what it did.
+  function irreversible(name, describe, send) {
+    const panel = $(`#${name}-confirm`);
+    const yes = $(`#${name}-yes`);
+    const again = $(`#${name}-again`);
+    const result = $(`#${name}-result`);
+    let armed = null;
+    function disarm() {
+      armed = null;
+      panel.hidden = true;
+      if (again) again.value = "";
+    }
+    $("#" + name).addEventListener("submit", (event) => {
+      event.preventDefault();
+      armed = describe();
+      $(`#${name}-confirm-text`).textContent = armed.text;
+      panel.hidden = false;
+      yes.disabled = Boolean(again);
+      (again || yes).focus();
+    });
+    if (again) {
+      again.addEventListener("input", () => {
+        yes.disabled = !armed || again.value.trim() !== armed.id;
+      });
+    }
+    $(`#${name}-no`).addEventListener("click", () => {
+      disarm();
+      result.className = "muted";
+      result.textContent = "Cancelled: nothing was sent.";
+    });
+    yes.addEventListener("click", async () => {
+      const asked = armed;
+      disarm();
+      if (!asked) return;
+      result.className = "muted";
+      result.textContent = "Working…";
+      try {
+        result.textContent = await send(asked);
+        result.className = "up";
       } catch (error) {
         result.className = "error";
         result.textContent = error.message;

@@ -229,3 +229,52 @@ def test_distribution_ops_and_a_ban(server, browser, capsys):
     _shot(browser, "ops", capsys)
     assert _severe(browser, expected="/v1/admin/bans - Failed to load resource: the server "
                                      "responded with a status of 403") == []
+
+
+def test_void_and_erase_ask_to_confirm_first(server, browser, capsys):
+    """The operations page's void and erase (issue 12 gaps): each form only arms a confirm
+    step that says what will happen; Cancel sends nothing; the erasure's button stays
+    disabled until the id is typed again; confirmed, the API's answer is shown and the
+    boards change."""
+    from selenium.webdriver.common.by import By
+
+    base = server.base
+    browser.get(f"{base}/console/ops")
+    _wait(browser, lambda d: "2026-11-30" in _text(d, "#ops-batch"), 10, "the batch as_of")
+    browser.find_element(By.ID, "admin-key").send_keys(server.keys.admin)
+    # Void: armed, cancelled (nothing sent), armed again and confirmed.
+    browser.find_element(By.ID, "void-match").send_keys("m5-0")
+    browser.find_element(By.ID, "void-reason").send_keys("exploit")
+    browser.find_element(By.CSS_SELECTOR, "#void button[type='submit']").click()
+    assert "every result of match m5-0" in _text(browser, "#void-confirm-text")
+    browser.find_element(By.ID, "void-no").click()
+    assert not browser.find_element(By.ID, "void-confirm").is_displayed()
+    assert "nothing was sent" in _text(browser, "#void-result")
+    voids = httpx.get(f"{base}/v1/admin/voids", headers={"X-Admin-Key": server.keys.admin})
+    assert voids.json()["total"] == 0
+    browser.find_element(By.CSS_SELECTOR, "#void button[type='submit']").click()
+    browser.find_element(By.ID, "void-yes").click()
+    _wait(browser, lambda d: "m5-0: voided" in _text(d, "#void-result"), 20, "the void done")
+    voids = httpx.get(f"{base}/v1/admin/voids", headers={"X-Admin-Key": server.keys.admin})
+    assert [v["match_id"] for v in voids.json()["voids"]] == ["m5-0"]
+    # Erase: the confirm button waits for the id typed again.
+    top = httpx.get(f"{base}/v1/boards/global/top", params={"n": 1}).json()
+    leader = top["entries"][0]["player_id"]
+    browser.find_element(By.ID, "erase-player").send_keys(leader)
+    browser.find_element(By.CSS_SELECTOR, "#erase button[type='submit']").click()
+    assert f"Erase player {leader} everywhere" in _text(browser, "#erase-confirm-text")
+    yes = browser.find_element(By.ID, "erase-yes")
+    assert not yes.is_enabled()
+    again = browser.find_element(By.ID, "erase-again")
+    again.send_keys(leader + "x")
+    assert not yes.is_enabled()
+    again.clear()
+    again.send_keys(leader)
+    assert yes.is_enabled()
+    _shot(browser, "ops-erase-confirm", capsys)
+    yes.click()
+    _wait(browser, lambda d: f"{leader}: erased" in _text(d, "#erase-result"), 60,
+          "the erasure done")
+    after = httpx.get(f"{base}/v1/boards/global/players/{leader}").json()
+    assert after["status"] == "unranked"
+    assert _severe(browser) == []
