@@ -167,22 +167,10 @@ def test_console_script_runs(data, tmp_path):
 # -- reads through the serving layer ------------------------------------------------------------
 
 @pytest.fixture
-def served(data, tmp_path, capsys):
-    """History backfilled and published (batch as of 2026-11-30), then one live event in the
-    speed layer: dave's 7 points today lift him from 4th to 1st."""
-    history = tmp_path / "history.jsonl"
-    players = [("alice", 10, "na"), ("bob", 8, "na"), ("carol", 6, "eu"), ("dave", 4, "na"),
-               ("erin", 2, "eu")]
-    history.write_text("".join(
-        json.dumps(dict(GOOD, match_id=f"h{i}", player_id=name, points=points, region=region,
-                        event_time="2026-11-29T10:00:00Z")) + "\n"
-        for i, (name, points, region) in enumerate(players)))
-    live = tmp_path / "live.jsonl"
-    live.write_text(json.dumps(dict(GOOD, match_id="l1", player_id="dave", points=7)) + "\n")
-    # A backfill is stamped at landing: landed on 11-30, the batch as of 11-30 absorbs it.
-    assert main(["--now", "2026-11-30T12:00:00Z", "ingest", "--backfill", str(history)]) == 0
-    assert main(["batch", "--as-of", "2026-11-30"]) == 0
-    assert main(["ingest", str(live)]) == 0
+def served(data, tmp_path, capsys, publish_cli_lake):
+    """The shared CLI lake (tests/app/conftest.py), one night published: dave's live 7
+    points today lift him from 4th to 1st."""
+    publish_cli_lake(tmp_path)
     capsys.readouterr()
     return data
 

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, redis_server):
-    """History backfilled and published as of 2026-11-29 and 2026-11-30, then dave's live
-    7 points today lift him from 4th to 1st. Built once for the module (two batches): the
-    tests read it, and the profile tests each write a player of their own."""
+def served(tmp_path_factory, redis_server, publish_cli_lake):
+    """The shared CLI lake (tests/app/conftest.py), published as of 2026-11-29 and
+    2026-11-30. Built once for the module (two batches): the tests read it, and the profile
+    tests each write a player of their own."""
     client = redis.Redis.from_url(redis_server.url, protocol=2)
     client.flushall()
     tmp_path = tmp_path_factory.mktemp("cli-reads")
@@ -32,30 +32,9 @@ def served(tmp_path_factory, redis_server):
         env.setenv("LEADERBOARD_DATA", str(tmp_path / "data"))
         env.setenv("LEADERBOARD_NOW", NOW)
         env.delenv("LEADERBOARD_CONFIG", raising=False)
-        yield _publish(tmp_path)
+        yield publish_cli_lake(tmp_path, nights=2)
     client.flushall()
     client.close()
-
-
-def _publish(tmp_path):
-    history = tmp_path / "history.jsonl"
-    players = [("alice", 10, "na"), ("bob", 8, "na"), ("carol", 6, "eu"), ("dave", 4, "na"),
-               ("erin", 2, "eu")]
-    history.write_text("".join(
-        json.dumps(dict(GOOD, match_id=f"h{i}", player_id=name, points=points, region=region,
-                        event_time="2026-11-28T10:00:00Z")) + "\n"
-        for i, (name, points, region) in enumerate(players)))
-    second = tmp_path / "second.jsonl"
-    second.write_text(json.dumps(dict(GOOD, match_id="s1", player_id="erin", points=5,
-                                      region="eu", event_time="2026-11-30T10:00:00Z")) + "\n")
-    live = tmp_path / "live.jsonl"
-    live.write_text(json.dumps(dict(GOOD, match_id="l1", player_id="dave", points=7)) + "\n")
-    assert main(["--now", "2026-11-29T12:00:00Z", "ingest", "--backfill", str(history)]) == 0
-    assert main(["batch", "--as-of", "2026-11-29"]) == 0
-    assert main(["--now", "2026-11-30T12:00:00Z", "ingest", str(second)]) == 0
-    assert main(["batch", "--as-of", "2026-11-30"]) == 0
-    assert main(["ingest", str(live)]) == 0
-    return tmp_path / "data"
 
 
 @pytest.fixture(autouse=True)

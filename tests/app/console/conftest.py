@@ -4,9 +4,11 @@ the batch as of 2026-11-30 published, and the later events left for the speed la
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from lakes import land, random_stream
@@ -49,3 +51,24 @@ def console_keys(tmp_path: Path) -> SimpleNamespace:
     path = tmp_path / "keys.toml"
     path.write_text(f'admin_key = "{ADMIN}"\n[servers]\n"eu-1" = "{KEY}"\n')
     return SimpleNamespace(path=path, key=KEY, admin=ADMIN, now=NOW)
+
+
+@pytest.fixture
+def console(console_data: Settings, console_keys: SimpleNamespace,
+            redis_client: Any) -> Iterator[Any]:
+    """The app (a TestClient) on the private data dir, its speed layer rebuilt in Redis,
+    with the keys file: what the console's page and search tests read through."""
+    import warnings
+
+    from app.http import HttpConfig, create_app
+    from speed_layer.service import SpeedLayer
+
+    with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is installed
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    SpeedLayer(redis_client, console_data.registry, console_data.lake_dir).rebuild(
+        console_data.now())
+    config = HttpConfig.from_env({"LEADERBOARD_API_KEYS": str(console_keys.path)})
+    with TestClient(create_app(console_data, config, client=redis_client)) as client:
+        yield client

@@ -3,30 +3,14 @@ what each page renders server-side, escaping, 404s, and the operations JSON."""
 
 from __future__ import annotations
 
-import warnings
 from html import escape
 
 import pytest
 
 from app.console.routes import CONTENT_SECURITY_POLICY, STATIC_FILES
-from app.http import HttpConfig, create_app
 from serving.service import Leaderboards
-from speed_layer.service import SpeedLayer
-
-with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is installed
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def console(console_data, console_keys, redis_client):
-    SpeedLayer(redis_client, console_data.registry, console_data.lake_dir).rebuild(
-        console_data.now())
-    config = HttpConfig.from_env({"LEADERBOARD_API_KEYS": str(console_keys.path)})
-    with TestClient(create_app(console_data, config, client=redis_client)) as client:
-        yield client
 
 
 def test_home_lists_every_board_with_its_windows_and_next_resets(console, console_data,

@@ -5,34 +5,23 @@ works and lists the players whose name starts with it."""
 from __future__ import annotations
 
 import json
-import warnings
 from html import escape
 
 import pytest
-
-from app.http import HttpConfig, create_app
-from speed_layer.service import SpeedLayer
-
-with warnings.catch_warnings():  # starlette suggests httpx2; httpx is what is installed
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def console(console_data, console_keys, redis_client):
-    SpeedLayer(redis_client, console_data.registry, console_data.lake_dir).rebuild(
-        console_data.now())
-    config = HttpConfig.from_env({"LEADERBOARD_API_KEYS": str(console_keys.path)})
-    with TestClient(create_app(console_data, config, client=redis_client)) as client:
-        for player, name in (("p001", "South Korea"), ("p002", "South Africa"),
-                             ("p003", "Brazil")):
-            answer = client.put(f"/v1/players/{player}/profile",
-                                content=json.dumps({"display_name": name}),
-                                headers={"X-API-Key": console_keys.key})
-            assert answer.status_code == 200, answer.text
-        yield client
+def console(console, console_keys):
+    """The shared console app (conftest), three players named."""
+    for player, name in (("p001", "South Korea"), ("p002", "South Africa"),
+                         ("p003", "Brazil")):
+        answer = console.put(f"/v1/players/{player}/profile",
+                             content=json.dumps({"display_name": name}),
+                             headers={"X-API-Key": console_keys.key})
+        assert answer.status_code == 200, answer.text
+    return console
 
 
 def _player_of(html: str) -> str:
