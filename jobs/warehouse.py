@@ -135,14 +135,19 @@ def _profile_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
 
 def _quarantine_view(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     """`quarantine`: every quarantined row (values as sent, reason, detail, source,
-    ingested_at), with `ingest_date`, `writer`, `seq` and `file_row`, the place
-    `leaderboard quarantine list` names it by."""
+    ingested_at, a direct score's `board`), with `ingest_date`, `writer`, `seq` and
+    `file_row`, the place `leaderboard quarantine list` names it by."""
     columns = ", ".join(f'"{name}"' for name in QUARANTINE_SCHEMA.names)
     if any(quarantine_dir(lake).glob("ingest_date=*/part-*.parquet")):
         glob = str(quarantine_dir(lake) / "ingest_date=*" / "part-*.parquet").replace("'", "''")
+        # A direct score's board (SCORE_QUARANTINE_SCHEMA): a column only of the files of
+        # scores; null for match events, and for all rows while no such file exists.
+        found = {row[0] for row in con.execute(
+            f"DESCRIBE SELECT * FROM read_parquet('{glob}', union_by_name = true)").fetchall()}
+        board = '"board"' if "board" in found else "NULL::VARCHAR AS board"
         con.execute(f"""
             CREATE VIEW quarantine AS
-            SELECT {columns}, ingest_date,
+            SELECT {columns}, {board}, ingest_date,
                    regexp_extract(filename, 'part-([a-z0-9_]+)-([0-9]+)[.]parquet$', 1) AS writer,
                    regexp_extract(filename, 'part-([a-z0-9_]+)-([0-9]+)[.]parquet$', 2)::BIGINT
                        AS seq,
@@ -153,7 +158,8 @@ def _quarantine_view(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     else:
         typed = ", ".join(f'NULL::{"TIMESTAMPTZ" if name == "ingested_at" else "VARCHAR"} '
                           f'AS "{name}"' for name in QUARANTINE_SCHEMA.names)
-        con.execute(f"CREATE VIEW quarantine AS SELECT {typed}, NULL::DATE AS ingest_date, "
+        con.execute(f"CREATE VIEW quarantine AS SELECT {typed}, NULL::VARCHAR AS board, "
+                    "NULL::DATE AS ingest_date, "
                     "NULL::VARCHAR AS writer, NULL::BIGINT AS seq, NULL::BIGINT AS file_row "
                     "WHERE false")
 

@@ -226,3 +226,34 @@ def test_quarantine_view_has_every_row_with_its_place(tmp_path):
             ("implausible_rate", "v0", "2026-12-01", "w", 1, 0)]
     finally:
         con.close()
+
+
+def test_the_quarantine_view_names_a_scores_board(tmp_path):
+    """A quarantined direct score keeps its board (a release lands it there): the view
+    shows it, null for match events' rows."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from leaderboard.lake import LandingWriter
+    from leaderboard.schema import INPUT_FIELDS
+
+    def rows(board: str | None) -> pa.Table:
+        table = pa.table({**{name: ["v"] for name in INPUT_FIELDS}, "reason": ["too_late"],
+                          "detail": ["why"], "source": ["test"]})
+        return table if board is None else table.append_column("board", pa.array([board]))
+
+    with LandingWriter(tmp_path / "lake", "w") as writer:
+        writer.quarantine(rows(None), datetime(2026, 12, 1, 12, tzinfo=UTC))
+        refresh_warehouse(tmp_path, load_registry())
+        con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+        assert con.execute("SELECT board FROM quarantine").fetchall() == [(None,)]
+        con.close()
+        writer.quarantine(rows("best-lap"), datetime(2026, 12, 1, 12, tzinfo=UTC))
+    refresh_warehouse(tmp_path, load_registry())
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT board FROM quarantine ORDER BY seq").fetchall() == [
+            (None,), ("best-lap",)]
+    finally:
+        con.close()
