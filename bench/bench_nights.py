@@ -18,17 +18,20 @@ Prints, as same-run figures (CPU seconds of this process: DuckDB's threads inclu
    Both versions' standings are compared row for row.
 
 Per night it also prints the board-windows built and carried forward, the event dates whose
-rollups were read, and the CPU of release, compaction and retention.
+rollups were read, and the CPU of release, compaction and retention. --phases adds the batch
+CPU per phase (plan, roll up, engine passes, stream, checks, Parquet, manifest) of the early
+nights beside the late ones: what grows with the history.
 
 Usage: python bench/bench_nights.py [--players 20000] [--events-per-day 30000] [--days 60]
        [--large] [--early 10] [--span 5] [--memory-limit 4GB] [--cache DIR] [--seed 0]
-       [--dirty 0.02] [--every N] [--quick] [--profile N]
+       [--dirty 0.02] [--every N] [--quick] [--profile N] [--phases]
 On a shared machine, run it under `flock` on a lock file all benchmarks share.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import pstats
@@ -52,7 +55,7 @@ import pyarrow.parquet as pq
 
 from app.generate import GenerateSpec
 from app.season import generate_season
-from jobs import batch
+from jobs import batch, publish
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.release import publish_version, validate_version
 from jobs.retention import apply_retention
@@ -103,6 +106,60 @@ def _season(spec: GenerateSpec, cache: Path, say: Callable[[str], None]) -> Path
     return root
 
 
+#: Where a night's batch spends its CPU (--phases): (module or class, attribute, label).
+#: Inclusive times; `stream` (the engine's sort and ranking as the writer drains it) is
+#: part of `write_stream`, and `check`/`parquet` are inside it too.
+_PHASES: list[tuple[Any, str, str]] = [
+    (batch, "_plan", "plan"), (batch, "_sweep", "sweep"), (batch, "_roll_up", "roll up"),
+    (batch, "_carry_plan", "carry plan"), (batch, "_rank", "rank (all)"),
+    (batch, "_checked_manifest", "checks"), (batch, "seal", "seal"),
+    (batch, "write_version", "manifest"),
+    (publish.StandingsWriter, "write_stream", "write_stream"),
+    (publish.StandingsWriter, "write_histograms", "histograms"),
+    (publish, "check_standings", "check"),
+    (pq.ParquetWriter, "write_table", "parquet"),
+]
+
+
+class _Phases:
+    """CPU seconds per phase of the nights it is on for (patched functions, timed)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds: dict[str, float] = {}
+        self.engine: dict[str, float] = {}
+
+    def _timed(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.on:
+                return function(*args, **kwargs)
+            began = _cpu()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds[label] = self.seconds.get(label, 0.0) + _cpu() - began
+        return timed
+
+    @contextmanager
+    def patched(self) -> Iterator[None]:
+        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in _PHASES]
+        for owner, name, label in _PHASES:
+            setattr(owner, name, self._timed(label, getattr(owner, name)))
+        try:
+            yield
+        finally:
+            for owner, name, function in saved:
+                setattr(owner, name, function)
+
+    def wrap_engine(self, engine: Any) -> Any:
+        for name in ("rollup_events", "merge_rollups", "standings"):
+            setattr(engine, name, self._timed(f"engine.{name}", getattr(engine, name)))
+        return engine
+
+
+PHASES = _Phases()
+
+
 @contextmanager
 def _capped(memory_limit: str) -> Iterator[None]:
     """Every DuckDB engine run_batch opens runs under `memory_limit`."""
@@ -113,7 +170,7 @@ def _capped(memory_limit: str) -> Iterator[None]:
         con = getattr(engine, "con", None)
         if con is not None and memory_limit:
             con.execute(f"SET memory_limit = '{memory_limit}'")
-        return engine
+        return PHASES.wrap_engine(engine)
 
     batch.open_engine = capped
     try:
@@ -180,6 +237,19 @@ def _mean(nights: list[Night], last: int, span: int) -> float:
     return statistics.fmean(chosen) if chosen else float("nan")
 
 
+def _print_phases(phases: dict[int, dict[str, float]], early: range, late: range) -> None:
+    """Mean CPU per phase over the early and the late nights, side by side."""
+    labels = sorted({k for p in phases.values() for k in p},
+                    key=lambda k: -sum(p.get(k, 0.0) for p in phases.values()))
+    print()
+    print(f"batch CPU per phase (inclusive; mean s): nights {early.start}-{early.stop - 1} "
+          f"beside {late.start}-{late.stop - 1}")
+    for label in labels:
+        a = statistics.fmean(phases[n].get(label, 0.0) for n in early if n in phases)
+        b = statistics.fmean(phases[n].get(label, 0.0) for n in late if n in phases)
+        print(f"  {label:>22} {a:>7.3f} {b:>7.3f}  {b / a if a else float('nan'):>5.2f}x")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--players", type=int, default=20_000)
@@ -195,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="print every Nth night (default: about 20 lines)")
     parser.add_argument("--profile", type=int, action="append", default=[],
                         help="print where night N's batch spends its time (repeatable)")
+    parser.add_argument("--phases", action="store_true",
+                        help="print the batch CPU per phase, early nights beside late ones")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 14 nights of 3,000 events, 2,000 players")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir())
@@ -216,7 +288,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.players:,} players, DuckDB memory_limit {args.memory_limit}")
     every = args.every or max(1, days // 20)
     nights: list[Night] = []
-    with tempfile.TemporaryDirectory(prefix="bench_nights_") as scratch, \
+    early_span = range(max(1, args.early - args.span + 1), args.early + 1)
+    late_span = range(days - args.span + 1, days + 1)
+    phases: dict[int, dict[str, float]] = {}
+    timed = PHASES.patched() if args.phases else contextlib.nullcontext()
+    with timed, tempfile.TemporaryDirectory(prefix="bench_nights_") as scratch, \
             _capped(args.memory_limit):
         data = Path(scratch) / "data"
         (data / "lake").mkdir(parents=True)
@@ -229,7 +305,11 @@ def main(argv: list[str] | None = None) -> None:
             profiler = cProfile.Profile() if number in args.profile else None
             if profiler is not None:
                 profiler.enable()
+            PHASES.on = args.phases and (number in early_span or number in late_span)
             night, last = _night(settings, start + timedelta(days=number - 1))
+            if PHASES.on:
+                phases[number], PHASES.seconds = PHASES.seconds, {}
+                PHASES.on = False
             if profiler is not None:
                 profiler.disable()
                 print(f"-- night {number}: the 25 calls with the most cumulative time")
@@ -250,6 +330,8 @@ def main(argv: list[str] | None = None) -> None:
         lake = settings.lake_dir
         same = _standings(lake, last) == _standings(full_data / "lake", full_manifest)
 
+    if phases:
+        _print_phases(phases, early_span, late_span)
     early = _mean(nights, args.early, args.span)
     late = _mean(nights, days, args.span)
     ratio = late / early

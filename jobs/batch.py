@@ -427,6 +427,9 @@ class _Plan:
     bits: list[LatenessBit]
     banned: set[str]
     voids: pa.Table  # (match_id, player_id or null): the voids before the watermark
+    #: the landed files (lake-relative) the base absorbed, compacted files included, that
+    #: are still in the lake: what an incremental run dedupes its new events against
+    absorbed: list[str]
 
 
 @dataclass(frozen=True)
@@ -457,6 +460,7 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
     files = [f for f in landed_files(lake) if f.ingest_date <= as_of]
     previous = None if full else _previous(lake, as_of, registry)
     mode = "full"
+    absorbed: set[str] = set()
     if previous is not None:
         # A compacted file counts as absorbed when every file it replaced was.
         absorbed = absorbed_with_compactions(lake, previous.inputs.get("files", {}))
@@ -478,6 +482,7 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
             mode = "full"
             say("voids changed since the previous version: recomputing in full")
     base = previous if mode == "incremental" else None
+    listed = {str(f.path.relative_to(lake)) for f in files}
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     if files:
         first_day = min(first_day, _earliest_event_date(files, registry.calendar.all_time_start))
@@ -487,7 +492,7 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
         as_of=as_of, run=run, started=started, watermark=watermark, files=files, base=base,
         mode=mode, calendar=calendar_table(registry, first_day, as_of + timedelta(days=1)),
         bits=lateness_bits(registry), banned=banned_players(lake, before=watermark),
-        voids=voids)
+        voids=voids, absorbed=sorted(absorbed & listed) if base is not None else [])
 
 
 def _retention_ran(lake: Path) -> bool:
@@ -509,8 +514,7 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
     # New partitions: a file's rows are all stamped on its partition's day (a backfill
     # too), so older partitions hold nothing at or after the old watermark.
     new_files = [str(f.path) for f in plan.files if f.ingest_date > base.as_of_date]
-    absorbed_files = [str(lake / p) for p in sorted(absorbed_with_compactions(
-        lake, base.inputs.get("files", {}))) if (lake / p).exists()]
+    absorbed_files = [str(lake / p) for p in plan.absorbed]
     delta, counted = eng.rollup_events(
         new_files, watermark=plan.watermark, since=base.watermark_at, absorbed=absorbed_files,
         calendar=plan.calendar, bits=plan.bits, voids=plan.voids)
@@ -740,9 +744,10 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
         if got != expected:
             raise PublishError(f"{board.name} all-time scores add up to {got}, the counted "
                                f"points to {expected}; not publishing")
-    input_files = dict(base.inputs.get("files", {})) if base else {}
-    for f in plan.files:
-        input_files[str(f.path.relative_to(lake))] = 1
+    # Every landed file up to as_of: the base's inputs plus the new files, less the files
+    # retention or compaction deleted since (a compacted file stands for its originals), so
+    # the manifest does not grow with the history.
+    input_files = {str(f.path.relative_to(lake)): 1 for f in plan.files}
     return Manifest(
         version=plan.run, as_of=plan.as_of.isoformat(),
         watermark=format_instant(plan.watermark), created_at=format_instant(plan.started),

@@ -194,6 +194,23 @@ def test_compaction_keeps_the_rows_and_the_standings(world):
     assert published_standings(lake) == published_standings(control / "lake")
 
 
+def test_a_manifest_names_only_the_landed_files_still_in_the_lake(world):
+    """A version's inputs kept every file any earlier version had read, the compacted-away
+    (and retention-deleted) ones too, so the manifest every night reads and writes grew with
+    the history (issue 13 goal 1). Now it names the landed files up to its night that are
+    still there, and the nights after a compaction stay incremental."""
+    data, _ = world
+    lake = data / "lake"
+    report = compact_partition(lake, D, speed=speed_on(D))
+    originals = compacted_originals(lake, report.compacted[0]["target"])
+    for as_of in (D + timedelta(days=1), D + timedelta(days=2)):
+        assert run_batch(settings_for(data), as_of).mode == "incremental"
+        live = read_current(lake)
+        assert set(live.inputs["files"]) == {
+            str(f.path.relative_to(lake)) for f in landed_files(lake) if f.ingest_date <= as_of}
+        assert not set(originals) & set(live.inputs["files"])
+
+
 def test_a_rerun_is_a_no_op(world):
     lake = world[0] / "lake"
     compact_partition(lake, D, speed=speed_on(D))
