@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -49,8 +50,10 @@ __all__ = [
     "compaction_records",
     "events_dir",
     "fsync_dir",
-    "idle_writer",
+    "held_landing",
+    "idle_landing",
     "landed_files",
+    "landing_lock_path",
     "open_landing_writes",
     "parse_landed_name",
     "quarantine_dir",
@@ -212,26 +215,75 @@ def stamp_range(path: Path, column: str = "ingested_at") -> tuple[datetime, date
     return low, high
 
 
-@contextmanager
-def idle_writer(lake: Path, writer: str) -> Iterator[bool]:
-    """Whether no process holds landing writer `writer` (its lock is free: a process that
-    held it is dead). While the block runs the lock is held here, so no process of that
-    writer starts meanwhile; False (the writer is live) holds nothing. The lock is the one
-    `LandingWriter` takes (flock: every writer of a lake on one host's file system)."""
+def _lock_id(fd: int) -> str:
+    """The identity of a lock file (device and inode), as the door records it."""
+    stat = os.fstat(fd)
+    return f"{stat.st_dev}:{stat.st_ino}"
+
+
+def landing_lock_path(lake: Path, writer: str) -> Path:
+    """The lock a writer holds while a landing's ids are in flight (claim, land, settle)."""
     if not _WRITER.match(writer):
         raise ValueError(f"writer id {writer!r} must be 1-32 chars of [a-z0-9_]")
-    state = Path(lake) / "writers"
-    state.mkdir(parents=True, exist_ok=True)
-    with open(state / f"{writer}.lock", "a+") as lock:
+    return Path(lake) / "writers" / f"{writer}.landing"
+
+
+def held_landing(lake: Path, writer: str) -> str:
+    """The identity of `writer`'s landing lock, which the caller holds (`LandingWriter.
+    landing`); raises RuntimeError when nobody holds it: ids claimed outside a landing
+    would look abandoned to every other writer."""
+    try:
+        fd = os.open(landing_lock_path(lake, writer), os.O_RDWR)
+    except FileNotFoundError:
+        fd = -1
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _lock_id(fd)
+        raise RuntimeError(f"writer {writer} claims ids outside a landing: hold "
+                           "`LandingWriter.landing()` from the claim to the settle")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+@contextmanager
+def idle_landing(lake: Path, writer: str, recorded: Iterable[str | None] = ()
+                 ) -> Iterator[bool]:
+    """Whether `writer` is between landings (dead, or alive and not landing): its landing
+    lock is free, so ids it left in flight will never land unless they already did, and
+    whoever holds this may settle or release them from the lake. While the block runs the
+    lock is held here, so the writer starts no landing meanwhile (it waits).
+
+    Never trusted when the lock file is missing, or is not the file the claims were made
+    under (`recorded`: the lock identities in their headers): an operator who deleted the
+    file of a live writer must not make it look idle (it still holds the lock on the
+    deleted inode)."""
+    try:
+        fd = os.open(landing_lock_path(lake, writer), os.O_RDWR)  # never created here
+    except FileNotFoundError:
+        yield False
+        return
+    try:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
             return
         try:
-            yield True
+            here = _lock_id(fd)
+            same = (os.stat(landing_lock_path(lake, writer)).st_ino == os.fstat(fd).st_ino
+                    and all(r is None or r == here for r in recorded))
+        except FileNotFoundError:
+            same = False
+        try:
+            yield same
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 class LandingWriter:
@@ -251,19 +303,73 @@ class LandingWriter:
         state = self.lake / "writers"
         state.mkdir(parents=True, exist_ok=True)
         self._seq_path = state / f"{writer}.seq"
-        self._lock = open(state / f"{writer}.lock", "a+")  # noqa: SIM115 - held for life
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise WriterBusy(
-                f"landing writer {writer!r} is held by another process; use another writer id"
-            ) from None
+        self._lock_path = state / f"{writer}.lock"
+        self._lock = self._take_lock()
         #: The seq of this writer's latest landed events file (-1: none): the speed layer
         #: chains a writer's files by it, so a file whose fold failed is seen as a hole.
         self.last_event_seq = -1
         self._next = self._recover_next_seq()
         self._reserved = self._next  # seqs below this are durably reserved
+
+    def _take_lock(self) -> TextIO:
+        """Open and lock this writer id's lock file (held for the writer's life)."""
+        lock = open(self._lock_path, "a+")  # noqa: SIM115 - held for life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise WriterBusy(
+                f"landing writer {self.writer} is held by another running process (its lock "
+                f"{self._lock_path} is taken): stop that process or wait for it to finish, "
+                "or use another writer id (`--writer`, or the server's writer setting)"
+            ) from None
+        return lock
+
+    def _check_lock(self) -> None:
+        """Make sure this process still holds the writer id: an operator who deleted (or
+        replaced) the lock file lets another process take the same id. A deleted file is
+        recreated and locked again; a file another process locked meanwhile stops this
+        one (raises WriterBusy) before it lands anything."""
+        try:
+            same = os.stat(self._lock_path).st_ino == os.fstat(self._lock.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return
+        try:
+            fresh = self._take_lock()
+        except WriterBusy:
+            raise WriterBusy(
+                f"the lock file {self._lock_path} of landing writer {self.writer} was "
+                "deleted or replaced while this process held it, and another process holds "
+                "the writer id now: stop one of them (never delete lake/writers/*.lock of a "
+                "running writer)") from None
+        old, self._lock = self._lock, fresh
+        old.close()
+
+    @contextmanager
+    def landing(self) -> Iterator[None]:
+        """Hold this writer's landing lock: from the door's claim of a landing's ids to
+        their settle (or release). Ids a writer claimed while it does not hold it (dead, or
+        alive between landings: a settle lost to a Redis error) are abandoned, and any
+        writer whose claim meets them settles or releases them from the lake
+        (`idle_landing`). Waits while another process recovers this writer's claims."""
+        self._check_lock()
+        path = landing_lock_path(self.lake, self.writer)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # deleted or replaced while we waited: lock the file there now
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def _recover_next_seq(self) -> int:
         counted = 0

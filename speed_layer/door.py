@@ -15,20 +15,28 @@ The door is atomic per identity: `claim` checks and records the ids in one scrip
 An id the record holds is in one of two states:
 
 - settled: its rows landed (or were found in the lake): a copy is a retry, dropped;
-- in flight: claimed by a writer whose landing is not settled yet. The claimed records are
-  kept in an in-flight key per (group, writer) (`lb:ids:{group}:inflight:<writer>`: the
-  writer's next seq and the generation, then the 12-byte records), and the group's set
-  `lb:ids:{group}:inflight` names the writers holding one. A copy that reaches another
-  writer meanwhile is neither landed nor dropped: it is answered "in flight" (retry later),
-  because the first landing may still fail. `settle` ends the state (the rows landed), a
-  failed landing releases the records (`recover`: those whose rows are not in the lake); a
-  writer killed in between is recovered by its own next claim, or by any writer whose claim
-  hits its records once its landing lock is free (`SpeedLayer.claim`).
+- in flight: claimed by a writer that is landing it right now (it holds its landing lock,
+  `LandingWriter.landing`, from the claim to the settle). The claimed records are kept in an
+  in-flight key per (group, writer) (`lb:ids:{group}:inflight:<writer>`: the writer's next
+  seq, the generation and the landing lock's identity, then the 12-byte records); the
+  group's hash `lb:ids:{group}:holders` maps each record in flight to its writer (a claim
+  finds the holder of an id in O(1)), and the group's set `lb:ids:{group}:inflight` names
+  the writers holding one. A copy that reaches another writer meanwhile is neither landed
+  nor dropped: it is answered "in flight" (retry later), because the first landing may
+  still fail. `settle` ends the state (the rows landed), a failed landing releases the
+  records (`recover`: those whose rows are not in the lake); a claim whose writer is not
+  landing any more (killed, or its settle lost to a Redis error) is recovered by the
+  writer's own next claim, by any writer whose claim hits its records once that landing
+  lock is free, or by a repair (`SpeedLayer.claim`, `SpeedLayer.repair`).
 
-Memory: a settled id costs its 8-byte fingerprint. An id in flight costs that plus its
-12-byte record in the writer's in-flight key (20 bytes), for the duration of one landing;
-the writer set costs one member per (group, writer) with a claim in flight. A writer holds
-one claim at a time (a landing writer is one process).
+A claim checks the group's epoch marker (`lb:ids:{group}:epoch`) in its script: a record
+that lost its past (Redis lost its data after the caller checked the state) claims nothing.
+
+Memory: a settled id costs its 8-byte fingerprint. An id in flight costs that, its 12-byte
+record in the writer's in-flight key and a field of the holders hash, for the duration of
+one landing; the writer set costs one member per (group, writer) with a claim in flight.
+A writer holds one claim at a time (a landing writer is one process). In-flight keys never
+expire (docs/architecture.md: an expiry would decide without looking at the lake).
 
 Buckets are the fields of `groups` hashes per generation (`lb:ids:{group}:generation`, the
 bucket's 4-byte number as the field; field `n` counts the ids), so a batch costs at most one
@@ -52,7 +60,7 @@ from leaderboard.schema import identity_match_ids
 from speed_layer.fold import ScriptPipeline, _sha
 
 __all__ = ["DEFAULT_BUCKETS", "DEFAULT_GROUPS", "Admission", "Claim", "ClaimPending", "Door",
-           "InFlight", "fingerprints"]
+           "InFlight", "RecordLost", "fingerprints"]
 
 DEFAULT_BUCKETS = 16384
 DEFAULT_GROUPS = 64
@@ -101,31 +109,24 @@ return added
 
 
 #: KEYS: the group's current and previous generation, the writer's in-flight key, the
-#: group's set of writers with a claim in flight. ARGV: ttl, 12-byte records, the in-flight
-#: header, the writer, the in-flight key prefix (same hash tag: the same slot). Checks and
-#: records each id at once. Returns {flags, writers...}: one character per record ('1'
-#: settled, or earlier in this call: a retry; '2' in flight at another writer; '0' claimed
-#: now) and the writers holding the '2's; or the error `INFLIGHT` while the writer's
-#: previous claim is not settled (recover it first).
+#: group's set of writers with a claim in flight, the group's holders hash (12-byte record ->
+#: the writer holding it in flight), the group's epoch marker. ARGV: ttl, 12-byte records,
+#: the in-flight header, the writer, the in-flight key prefix, the epoch of the state the
+#: caller read (same hash tag: one slot). Checks and records each id at once. Returns
+#: {flags, writers...}: one character per record ('1' settled, or earlier in this call: a
+#: retry; '2' in flight at another writer; '0' claimed now) and the writers holding the
+#: '2's; or the error `LOST` when the marker is not that epoch (Redis lost its data, or was
+#: rebuilt, since the caller read the state: nothing is claimed on a record that lost its
+#: past), or `INFLIGHT` while the writer's previous claim is not settled (recover it first).
 _CLAIM = _HAS + """
+if redis.call('GET', KEYS[6]) ~= ARGV[6] then return redis.error_reply('LOST') end
 if redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('INFLIGHT') end
 local ttl, ids, writer, prefix = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
-local found, records, order, claimed, flights, busy, holders = {}, {}, {}, {}, nil, {}, {}
+local found, records, order, claimed, busy, holders = {}, {}, {}, {}, {}, {}
 local function holder(record)
-  if not flights then
-    flights = {}
-    for _, w in ipairs(redis.call('SMEMBERS', KEYS[4])) do
-      local s = redis.call('GET', prefix .. w)
-      if s then
-        flights[#flights + 1] = {w, string.sub(s, string.find(s, '\\n', 1, true) + 1)}
-      else
-        redis.call('SREM', KEYS[4], w)
-      end
-    end
-  end
-  for _, flight in ipairs(flights) do
-    if has(flight[2], record, 12) then return flight[1] end
-  end
+  local w = redis.call('HGET', KEYS[5], record)
+  if w and redis.call('EXISTS', prefix .. w) == 1 then return w end
+  if w then redis.call('HDEL', KEYS[5], record) end  -- a claim ended without its entry
   return nil
 end
 for i = 1, #ids, 12 do
@@ -163,6 +164,14 @@ if #claimed > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('SET', KEYS[3], ARGV[3] .. table.concat(claimed))
   redis.call('SADD', KEYS[4], writer)
+  for i = 1, #claimed, 1000 do
+    local args = {}
+    for j = i, math.min(i + 999, #claimed) do
+      args[#args + 1] = claimed[j]
+      args[#args + 1] = writer
+    end
+    redis.call('HSET', KEYS[5], unpack(args))
+  end
 end
 local reply = {table.concat(found)}
 for _, w in ipairs(holders) do reply[#reply + 1] = w end
@@ -170,22 +179,30 @@ return reply
 """
 
 #: KEYS: the claim's generation, the writer's in-flight key, the group's in-flight writer
-#: set. ARGV: the writer, 12-byte records to release (their rows did not land; empty: the
-#: landing succeeded). Removes those fingerprints from their buckets and ends the claim's
+#: set, the group's holders hash. ARGV: the writer, 12-byte records to release (their rows
+#: did not land; empty: the landing succeeded), the claim's header ('' for whatever claim
+#: the key holds). Removes those fingerprints from their buckets and ends the claim's
 #: in-flight state in one step (so no copy ever reads a released id as settled); returns
-#: the number released.
+#: the number released. Only the claim named by the header, and only its own records:
+#: an end that comes twice (two recoveries) touches nothing the second time.
 _SETTLE = """
-local ids, removed = ARGV[2], 0
+local s = redis.call('GET', KEYS[2])
+if not s then return 0 end
+local nl = string.find(s, '\\n', 1, true) or #s
+if ARGV[3] ~= '' and string.sub(s, 1, nl) ~= ARGV[3] then return 0 end
+local writer, ids, removed, own = ARGV[1], ARGV[2], 0, {}
+for i = nl + 1, #s, 12 do own[string.sub(s, i, i + 11)] = true end
 for i = 1, #ids, 12 do
   local b, f = string.sub(ids, i, i + 3), string.sub(ids, i + 4, i + 11)
-  local s = redis.call('HGET', KEYS[1], b)
+  local bucket = own[b .. f] and redis.call('HGET', KEYS[1], b)
   local at = 1
-  while s do
-    at = string.find(s, f, at, true)
+  while bucket do
+    at = string.find(bucket, f, at, true)
     if not at then break end
     if at % 8 == 1 then
-      s = string.sub(s, 1, at - 1) .. string.sub(s, at + 8)
-      if #s > 0 then redis.call('HSET', KEYS[1], b, s) else redis.call('HDEL', KEYS[1], b) end
+      bucket = string.sub(bucket, 1, at - 1) .. string.sub(bucket, at + 8)
+      if #bucket > 0 then redis.call('HSET', KEYS[1], b, bucket)
+      else redis.call('HDEL', KEYS[1], b) end
       removed = removed + 1
       break
     end
@@ -193,15 +210,22 @@ for i = 1, #ids, 12 do
   end
 end
 if removed > 0 then redis.call('HINCRBY', KEYS[1], 'n', -removed) end
+for record in pairs(own) do
+  if redis.call('HGET', KEYS[4], record) == writer then redis.call('HDEL', KEYS[4], record) end
+end
 redis.call('DEL', KEYS[2])
-redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('SREM', KEYS[3], writer)
 return removed
 """
-
 
 class ClaimPending(RuntimeError):
     """A writer's previous claim is still in flight (its process died between claiming and
     settling): `Door.recover` settles it from the lake."""
+
+
+class RecordLost(RuntimeError):
+    """The group's epoch marker is not the epoch the caller read: Redis lost its data (or
+    the state was rebuilt) between the caller's check and its claim."""
 
 
 def _digests(match_ids: Sequence[str] | pa.Array | pa.ChunkedArray,
@@ -250,14 +274,17 @@ class Claim:
     writer: str
     generation: int
     groups: tuple[tuple[int, bytes], ...]  # (group, 12-byte records claimed there)
+    header: bytes = b""  # the claim's in-flight header: ends only this claim
 
     def settle(self) -> None:
         """The rows landed: the claims stand, no longer in flight."""
-        self.door.end(self.writer, [(g, self.generation, b"") for g, _ in self.groups])
+        self.door.end(self.writer, [(g, self.generation, b"") for g, _ in self.groups],
+                      self.header)
 
     def release(self) -> int:
         """Nothing of this claim landed: forget its ids. Returns how many."""
-        return self.door.end(self.writer, [(g, self.generation, r) for g, r in self.groups])
+        return self.door.end(self.writer, [(g, self.generation, r) for g, r in self.groups],
+                             self.header)
 
 
 @dataclass(frozen=True)
@@ -279,6 +306,10 @@ class InFlight:
     next_seq: int
     generation: int
     records: bytes
+    #: The identity of the landing lock file the claim was made under (None: an older
+    #: record): recovery trusts a free lock only on that same file.
+    lock: str | None = None
+    header: bytes = b""
 
 
 class Door:
@@ -316,6 +347,24 @@ class Door:
         """The group's set of writers with a claim in flight there."""
         return f"lb:ids:{{{group}}}:inflight"
 
+    @staticmethod
+    def holders_key(group: int) -> str:
+        """The group's hash of ids in flight: 12-byte record -> the writer holding it."""
+        return f"lb:ids:{{{group}}}:holders"
+
+    @staticmethod
+    def epoch_key(group: int) -> str:
+        """The group's epoch marker: the epoch of the state this record belongs to."""
+        return f"lb:ids:{{{group}}}:epoch"
+
+    def mark_epoch(self, epoch: str, *, nx: bool = False) -> None:
+        """Write every group's epoch marker (`nx`: only where none is), once the record
+        belongs to the state of `epoch`: a claim checks it in its own script."""
+        pipe = self.client.pipeline(transaction=False)
+        for group in range(self.groups):
+            pipe.set(self.epoch_key(group), epoch, nx=nx)
+        pipe.execute()
+
     def _groups(self, table: pa.Table) -> list[tuple[int, np.ndarray, bytes]]:
         """Per hash group: (group, rows of its ids, their 12-byte records back to back)."""
         digests = _digests(identity_match_ids(table), table.column("player_id"))
@@ -329,26 +378,33 @@ class Door:
         return [(int(group_of[rows[0]]), rows, records[rows].tobytes())
                 for rows in np.split(order, bounds)]
 
-    def claim(self, table: pa.Table, at: datetime, writer: str, next_seq: int) -> Admission:
+    def claim(self, table: pa.Table, at: datetime, writer: str, next_seq: int, *,
+              epoch: str, lock: str = "-") -> Admission:
         """Per row: settled before (a retry), in flight at another writer (busy), or claimed
         now, recorded in the same script so two writers never both claim one id. Raises
-        ClaimPending while the writer's previous claim is in flight."""
+        ClaimPending while the writer's previous claim is in flight, RecordLost when a
+        group's marker is not `epoch` (the state the caller read is gone). `lock`: the
+        identity of the landing lock the writer holds (recorded in the header)."""
         seen = np.zeros(table.num_rows, dtype=bool)
         busy = np.zeros(table.num_rows, dtype=bool)
         generation = self._generation(at)
         if table.num_rows == 0:
             return Admission(seen, busy, frozenset(), Claim(self, writer, generation, ()))
-        header = f"{next_seq} {generation}\n".encode()
+        header = f"{next_seq} {generation} {lock}\n".encode()
         groups = self._groups(table)
         pipe = ScriptPipeline(self.client)
         for group, _, records in groups:
             pipe.script(_CLAIM, self._claim_sha,
                         [self.key(group, generation), self.key(group, generation - 1),
-                         self.inflight_key(group, writer), self.inflight_writers_key(group)],
-                        [self._ttl, records, header, writer, self.inflight_key(group, "")])
+                         self.inflight_key(group, writer), self.inflight_writers_key(group),
+                         self.holders_key(group), self.epoch_key(group)],
+                        [self._ttl, records, header, writer, self.inflight_key(group, ""),
+                         epoch])
         try:
             replies = pipe.execute()
         except redis.ResponseError as exc:
+            if "LOST" in str(exc):
+                raise RecordLost(f"the door's record is not the one of epoch {epoch}") from None
             if "INFLIGHT" in str(exc):
                 raise ClaimPending(f"writer {writer} has a claim in flight") from None
             raise
@@ -366,7 +422,7 @@ class Door:
                 kept = np.frombuffer(records, dtype=np.uint8).reshape(-1, _RECORD)[mine]
                 claimed.append((group, kept.tobytes()))
         return Admission(seen, busy, frozenset(holders),
-                         Claim(self, writer, generation, tuple(claimed)))
+                         Claim(self, writer, generation, tuple(claimed), header))
 
     def in_flight(self, writer: str) -> list[InFlight]:
         """The writer's claims left in flight (one pipelined round trip)."""
@@ -377,8 +433,10 @@ class Door:
         for group, raw in enumerate(pipe.execute()):
             if raw:
                 head, _, records = bytes(raw).partition(b"\n")
-                seq, generation = head.split()
-                found.append(InFlight(group, int(seq), int(generation), records))
+                seq, generation, *lock = head.decode().split()
+                found.append(InFlight(group, int(seq), int(generation), records,
+                                      lock[0] if lock and lock[0] != "-" else None,
+                                      head + b"\n"))
         return found
 
     def writers_in_flight(self) -> set[str]:
@@ -405,19 +463,22 @@ class Door:
                             for i in range(0, len(flight.records), _RECORD)
                             if flight.records[i:i + _RECORD] not in landed)
             ends.append((flight.group, flight.generation, lost))
-        return self.end(writer, ends)
+        headers = {f.header for f in flights}
+        return self.end(writer, ends, headers.pop() if len(headers) == 1 else b"")
 
-    def end(self, writer: str, ends: list[tuple[int, int, bytes]]) -> int:
+    def end(self, writer: str, ends: list[tuple[int, int, bytes]], header: bytes = b"") -> int:
         """End claims of `writer` in flight: per (group, generation, records to release),
-        release those records and settle the rest, one script per group. Returns how many
-        were released."""
+        release those records and settle the rest, one script per group. `header`: only
+        the claim with that header (b"": whatever claim is there). Returns how many were
+        released."""
         if not ends:
             return 0
         pipe = ScriptPipeline(self.client)
         for group, generation, lost in ends:
             pipe.script(_SETTLE, self._settle_sha,
                         [self.key(group, generation), self.inflight_key(group, writer),
-                         self.inflight_writers_key(group)], [writer, lost])
+                         self.inflight_writers_key(group), self.holders_key(group)],
+                        [writer, lost, header])
         return sum(int(r) for r in pipe.execute())
 
     def remember(self, table: pa.Table, at: datetime) -> None:

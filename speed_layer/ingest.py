@@ -148,7 +148,19 @@ class Ingestor:
         `board`: the rows are scores submitted to this direct board (`points` the score or
         delta), not match events; they take the same door, landing and fold, and count on
         that board only.
+
+        The writer's landing lock is held throughout (`LandingWriter.landing`): ids this
+        call claimed and left in flight (a settle or release lost to a Redis error) are
+        recovered by any writer that meets them once this returns.
         """
+        with self.writer.landing():
+            return self._ingest(table, now=now, source=source, backfill=backfill,
+                                default_server_id=default_server_id, unparseable=unparseable,
+                                row_reasons=row_reasons, board=board)
+
+    def _ingest(self, table: pa.Table, *, now: datetime, source: str, backfill: bool,
+                default_server_id: str | None, unparseable: pa.Table | None,
+                row_reasons: bool, board: Board | None) -> IngestReport:
         if board is not None:
             if backfill:
                 raise ValueError("direct scores are not backfilled; submit them as scores")
@@ -211,14 +223,16 @@ class Ingestor:
                 # A retry must be accepted for every row that did not land (a landing over
                 # several files may have landed some): settle from the lake, and fold
                 # what landed (a resend at another writer calls those rows retries).
-                # On a Redis error the claim stays in flight: this writer's next claim
-                # recovers it; the landing failure is what the caller must see.
+                # On a Redis error the claim stays in flight: this writer's next claim, or
+                # any writer's claim that meets it once this landing is over, recovers it;
+                # the landing failure is what the caller must see.
                 with suppress(redis.RedisError):
                     self.speed.recover_writer(self.writer.writer)  # type: ignore[union-attr]
             raise
         faults.checkpoint("ingest.after_land")
         if claim is not None:
-            # On a Redis error the claim stays in flight: this writer's next claim recovers it.
+            # On a Redis error the claim stays in flight: recovered by the next claim that
+            # meets it (this writer's, or another's once this landing is over) or a repair.
             with suppress(redis.RedisError):
                 claim.settle()
         report.quarantine_files += self.writer.quarantine(rejected, now)

@@ -123,7 +123,10 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                                            "nothing more lands")
             else:
                 todo.append(row)
-        fold_error = _land(speed, writer, todo, now, outcomes) if todo else None
+        fold_error = None
+        if todo:
+            with writer.landing():  # the door's claims are in flight only while this runs
+                fold_error = _land(speed, writer, todo, now, outcomes)
     return [outcomes[i] for i in unique], fold_error
 
 

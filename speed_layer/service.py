@@ -24,7 +24,8 @@ from leaderboard.batch_view import BatchView
 from leaderboard.lake import (
     LandedFile,
     compaction_records,
-    idle_writer,
+    held_landing,
+    idle_landing,
     landed_files,
     parse_landed_name,
 )
@@ -47,7 +48,7 @@ from leaderboard.speed_keys import (
     windows_key,
 )
 from leaderboard.voids import ALL_PLAYERS, Void, VoidIndex, read_voids, write_void
-from speed_layer.door import Admission, Claim, ClaimPending, Door
+from speed_layer.door import Admission, Claim, ClaimPending, Door, RecordLost
 from speed_layer.fold import FOLD_SCRIPT, Folder, identities, plan_updates, predecessors
 from speed_layer.rate import held_ids, rate_key
 
@@ -198,6 +199,11 @@ class SpeedLayer:
         # lake): the lake's bans go into the state before any fold can read it.
         self.apply_bans(fresh, atomic=False)
         self.sync_voids()
+        # The door's record belongs to this state from now on (its claims check the marker:
+        # a flush after this leaves none, and the claim refuses). `nx`: a process racing
+        # this one to first use keeps its own markers; a mix is refused until rebuilt.
+        assert fresh.epoch is not None
+        self.door.mark_epoch(fresh.epoch, nx=True)
         self.client.set(CURRENT, fresh.to_json(), nx=True)
         found = read_current_version(self.client)
         if found is None or not found.epoch:
@@ -209,19 +215,22 @@ class SpeedLayer:
     def claim(self, accepted: pa.Table, at: datetime, writer: str,
               next_seq: int) -> Admitted:
         """Claim the ids of rows about to land: drops the retries (settled within the
-        horizon) and holds back the rows in flight at another live writer (answer those
-        "retry later": that landing may still fail). Settle the claim once the rows landed,
-        release it if landing failed. Claims a dead process left in flight are recovered
-        first: this writer's own (a restarted writer), and those of any other writer whose
-        rows this batch holds once its landing lock is free (the writer is dead: a client's
-        retry after a kill lands here, exactly once). A lost state raises StateLost before
-        anything lands (its record of recent ids may be gone too: retries must wait for the
-        rebuild)."""
-        self.current()
-        admission = self._claim(accepted, at, writer, next_seq)
+        horizon) and holds back the rows in flight at another writer that is landing right
+        now (answer those "retry later": that landing may still fail). The caller holds the
+        writer's landing lock (`LandingWriter.landing`) from here to the settle. Settle the
+        claim once the rows landed, release it if landing failed. Claims left in flight
+        by a writer not landing now are recovered first: this writer's own (a restarted
+        writer, a settle lost to a Redis error), and those of any other writer whose rows
+        this batch holds once its landing lock is free (the writer is dead, or alive between
+        landings: its claim outlived its landing): a client's retry lands here exactly once,
+        or is a retry. A lost state raises StateLost before anything lands (its record of
+        recent ids may be gone too: retries must wait for the rebuild); the claim itself
+        checks the state's epoch, so a loss after this check refuses too."""
+        lock = held_landing(self.lake, writer)
+        admission = self._claim(accepted, at, writer, next_seq, lock)
         if admission.busy.any():
             try:
-                recovered = self.recover_dead_writers(admission.holders - {writer})
+                recovered = self.recover_idle_writers(admission.holders - {writer})
             except BaseException:
                 # Nothing lands: this claim must not stay in flight at a live writer (every
                 # copy elsewhere would be answered "retry later" until its next claim).
@@ -230,7 +239,7 @@ class SpeedLayer:
                 raise
             if recovered:
                 admission.claim.release()
-                admission = self._claim(accepted, at, writer, next_seq)
+                admission = self._claim(accepted, at, writer, next_seq, lock)
         kept = ~(admission.seen | admission.busy)
         return Admitted(accepted if kept.all() else accepted.filter(pa.array(kept)),
                         int(admission.seen.sum()), accepted.filter(pa.array(admission.busy)),
@@ -238,12 +247,24 @@ class SpeedLayer:
                         admission.claim)
 
     def _claim(self, accepted: pa.Table, at: datetime, writer: str,
-               next_seq: int) -> Admission:
-        try:
-            return self.door.claim(accepted, at, writer, next_seq)
-        except ClaimPending:
-            self.recover_writer(writer)
-            return self.door.claim(accepted, at, writer, next_seq)
+               next_seq: int, lock: str) -> Admission:
+        for attempt in range(3):
+            epoch = self.current().epoch
+            assert epoch is not None
+            try:
+                try:
+                    return self.door.claim(accepted, at, writer, next_seq, epoch=epoch,
+                                           lock=lock)
+                except ClaimPending:
+                    self.recover_writer(writer)
+                    return self.door.claim(accepted, at, writer, next_seq, epoch=epoch,
+                                           lock=lock)
+            except RecordLost:
+                if attempt == 2 or self.current().epoch == epoch:
+                    raise StateLost("the door's record of recent ids is gone (Redis lost "
+                                    "its data) or predates its epoch marker") from None
+                # A rebuild flipped the state meanwhile: claim on the rebuilt record.
+        raise AssertionError("unreachable")
 
     def recover_writer(self, writer: str) -> int:
         """Recover what a failed landing or a dead process of `writer` left (the caller
@@ -262,7 +283,7 @@ class SpeedLayer:
         """Settle the claims a dead process of `writer` left in flight from the lake: ids
         whose rows landed stay claimed, the others are released. Returns how many were
         released. The caller holds the writer's landing lock (it is that writer, or took it
-        with `idle_writer`): no live process of the writer is landing them."""
+        with `idle_landing`): no process of the writer is landing them."""
         flights = self.door.in_flight(writer)
         if not flights:
             return 0
@@ -296,13 +317,15 @@ class SpeedLayer:
         return [self.lake / t for t in sorted(holding & records.keys())
                 if (self.lake / t).exists()]
 
-    def recover_dead_writers(self, writers: Iterable[str]) -> int:
-        """Recover the claims in flight of each of `writers` that is dead (its landing lock
-        is free); a live writer's claims are never touched. Returns how many writers were
-        recovered."""
+    def recover_idle_writers(self, writers: Iterable[str]) -> int:
+        """Recover the claims in flight of each of `writers` that is not landing now (its
+        landing lock is free: the process is dead, or alive between landings, its claim
+        outlived the landing, e.g. a settle lost to a Redis error); a landing writer's claims
+        are never touched. Returns how many writers were recovered."""
         recovered = 0
         for writer in sorted(writers):
-            with idle_writer(self.lake, writer) as idle:
+            locks = {f.lock for f in self.door.in_flight(writer)}
+            with idle_landing(self.lake, writer, locks) as idle:
                 if idle:
                     self.recover_writer(writer)
                     recovered += 1
@@ -328,7 +351,8 @@ class SpeedLayer:
 
     def repair(self) -> int:
         """After a crash: remember the ids of, and fold, every file not folded everywhere
-        (whatever landed after it), then settle the claims dead writers left in flight.
+        (whatever landed after it), then settle the claims writers not landing now (dead,
+        or between landings) left in flight.
         Returns how many files were folded."""
         version = self.current()
         pending = self.folder.pending(version)
@@ -339,7 +363,7 @@ class SpeedLayer:
             self.folder.fold(version, landed.writer, landed.seq, table,
                              prev=prevs.get((landed.writer, landed.seq)))
         self.folder.advance(version)
-        self.recover_dead_writers(self.door.writers_in_flight())
+        self.recover_idle_writers(self.door.writers_in_flight())
         return len(pending)
 
     def _remember_landed(self, table: pa.Table) -> None:
@@ -477,6 +501,8 @@ class SpeedLayer:
             raise RebuildRunning("this rebuild lost its lock (Redis stalled longer than "
                                  "its ttl) and another may be running: run `leaderboard "
                                  "speed rebuild` again once `speed status` shows none")
+        assert version.epoch is not None
+        self.door.mark_epoch(version.epoch)  # the record is this state's: claims may run
         self.client.set(CURRENT, version.to_json())
         self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
         self.apply_voids(version)

@@ -374,7 +374,7 @@ def test_rows_another_worker_is_landing_are_answered_retry_later(world):
     the same send after that landing failed lands them."""
     batch = {"events": [dict(EVENT, match_id="f1"), dict(EVENT, match_id="f2")]}
     ids = pa.table({"match_id": ["f1"], "player_id": ["p001"]})
-    with LandingWriter(world.lake, "other") as other:
+    with LandingWriter(world.lake, "other") as other, other.landing():
         admitted = world.speed.claim(ids, world.settings.now(), "other", other.next_seq)
         held = _post(world, batch)
         assert held.status_code == 409, held.text

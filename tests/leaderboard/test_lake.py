@@ -191,13 +191,14 @@ sys.exit(0)
 
 def test_a_second_writer_with_the_same_id_is_refused(lake, python, python_subprocess_env):
     with LandingWriter(lake, "w1"):
-        with pytest.raises(WriterBusy, match="'w1'"):
+        with pytest.raises(WriterBusy, match="writer w1 is held by another running process"):
             LandingWriter(lake, "w1")
         other = subprocess.run([python, "-c", _SECOND_PROCESS, str(lake)],
                                env=python_subprocess_env, capture_output=True, text=True,
                                timeout=120)
         assert other.returncode == 3, other.stderr
-        assert "'w1'" in other.stdout
+        assert "writer w1 is held" in other.stdout
+        assert "use another writer id" in other.stdout  # what to do next
         assert "another writer id" in other.stdout
         with LandingWriter(lake, "w2") as different:  # other ids are independent
             assert different.next_seq == 0

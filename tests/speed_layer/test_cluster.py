@@ -128,16 +128,16 @@ def test_ingest_with_the_door_on_a_cluster(cluster, redis_client, tmp_path):
 
 
 def test_rows_in_flight_at_a_dead_writer_land_once_on_a_cluster(cluster, tmp_path):
-    """The claim script reads the in-flight keys of the other writers of its group (same
-    hash tag, so the same slot): a copy is held back while the holder lives, and lands once
-    the holder is dead (its landing lock free)."""
+    """The claim script reads the group's holders hash and the holder's in-flight key (same
+    hash tag, so the same slot): a copy is held back while the holder is landing, and lands
+    once the holder is dead (its landing lock free)."""
     registry = load_registry()
     lake = tmp_path / "lake"
     speed = SpeedLayer(cluster, registry, lake)
     at, table = batches(random_stream(33, start=START, duplicate_share=0.0))[0]
     with LandingWriter(lake, "b") as b:
         ingestor = Ingestor(registry, b, speed)
-        with LandingWriter(lake, "a") as a:
+        with LandingWriter(lake, "a") as a, a.landing():
             speed.claim(table, at, "a", a.next_seq)  # a claimed, then dies before landing
             held = ingestor.ingest(table, now=at, source="t")
             assert (held.accepted, held.in_flight) == (0, table.num_rows)

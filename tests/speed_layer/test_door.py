@@ -17,10 +17,11 @@ from jobs.batch import run_batch
 from jobs.compact import SpeedWatermark, compact_partition
 from leaderboard import faults
 from leaderboard import lake as lake_module
-from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.lake import LandingWriter, WriterBusy, landed_files
 from leaderboard.manifest import watermark_for
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
+from leaderboard.speed_keys import StateLost
 from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
@@ -314,12 +315,180 @@ def test_a_live_writers_claims_are_never_recovered_by_another(world):
     lake, registry, speed, at, table = world
     with LandingWriter(lake, "a") as a, LandingWriter(lake, "b") as b:
         layer = speed()
-        admitted = layer.claim(table, at, "a", a.next_seq)  # a claimed, landing (slowly)
-        assert admitted.rows.num_rows == table.num_rows
-        held = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
-        assert (held.accepted, held.retries, held.in_flight) == (0, 0, table.num_rows)
-        assert layer.door.writers_in_flight() == {"a"}
-        admitted.claim.release()  # a's landing failed: the ids are free again
+        with a.landing():
+            admitted = layer.claim(table, at, "a", a.next_seq)  # a claimed, landing (slowly)
+            assert admitted.rows.num_rows == table.num_rows
+            held = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+            assert (held.accepted, held.retries, held.in_flight) == (0, 0, table.num_rows)
+            assert layer.door.writers_in_flight() == {"a"}
+            admitted.claim.release()  # a's landing failed: the ids are free again
         retry = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
         assert (retry.accepted, retry.in_flight) == (table.num_rows, 0)
     assert len(landed_ids(lake)) == table.num_rows
+
+
+def _settle_fails_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Redis error of the stateful model's failing run: the settle script of one group
+    runs, the next group's is lost (a blip mid-pipeline), after the rows landed."""
+    from speed_layer import door as door_module
+
+    real = door_module.Claim.settle
+    calls: list[int] = []
+
+    def settle(self):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            raise redis.ConnectionError("injected: Redis went away while settling")
+        return real(self)
+
+    monkeypatch.setattr(door_module.Claim, "settle", settle)
+
+
+def test_a_settle_lost_at_a_live_writer_never_holds_a_retry_back(world, monkeypatch,
+                                                                 redis_client):
+    """The stateful model's liveness defect: writer b lands a batch, the settle of its claim
+    is lost to a Redis error (the rows are durable, the fold succeeds), and b stays alive
+    and idle. The client's retry at writer a was answered "in flight at b" (retry later)
+    for as long as b received nothing: a live writer's claim is never recovered by
+    another. Now a finds b between landings (its landing lock free), settles b's claim from
+    the lake, and calls the rows retries; nothing lands twice."""
+    lake, registry, speed, at, table = world
+    _settle_fails_once(monkeypatch)
+    with LandingWriter(lake, "a") as a, LandingWriter(lake, "b") as b:
+        first = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        assert (first.accepted, first.fold_error) == (table.num_rows, None)
+        retry = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+        assert (retry.accepted, retry.retries, retry.in_flight) == (0, table.num_rows, 0), \
+            retry.as_dict()
+        assert speed().door.writers_in_flight() == set()
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+    _assert_counted_once(lake, registry, redis_client, at, table)
+
+
+def test_repair_settles_a_live_writers_claim_that_outlived_its_landing(world, monkeypatch):
+    """The same lost settle, then `speed repair` (the stateful model's step): it left b's
+    claim in flight because b is alive; it now settles it (b is between landings)."""
+    lake, registry, speed, at, table = world
+    _settle_fails_once(monkeypatch)
+    with LandingWriter(lake, "b") as b:
+        Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+        layer = speed()
+        assert layer.door.writers_in_flight() == {"b"}
+        layer.repair()
+        assert layer.door.writers_in_flight() == set()
+
+
+def test_a_failed_landing_whose_release_failed_never_holds_a_retry_back(world, monkeypatch):
+    """Writer b's landing fails before anything landed, and Redis fails again while b
+    releases its claim; b stays alive and idle. The client's resend at writer a must land
+    (before: "in flight at b" until b's next request)."""
+    lake, registry, speed, at, table = world
+    layer = speed()
+
+    def blip(*_args: object, **_kwargs: object) -> int:
+        raise redis.ConnectionError("injected: Redis went away while releasing")
+
+    monkeypatch.setattr(layer, "recover_writer", blip)
+    with LandingWriter(lake, "a") as a, LandingWriter(lake, "b") as b:
+        with (faults.injected("ingest.after_claim", faults.fail),
+              pytest.raises(faults.InjectedFault)):
+            Ingestor(registry, b, layer).ingest(table, now=at, source="t")
+        assert landed_ids(lake) == []
+        resend = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+        assert (resend.accepted, resend.retries, resend.in_flight) == (table.num_rows, 0, 0), \
+            resend.as_dict()
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+
+
+def test_redis_wiped_between_the_state_check_and_the_claim_lands_nothing_twice(
+        world, monkeypatch):
+    """The state is checked (`current`), then Redis loses its data, then the door claims:
+    the old claim found an empty record and let a resend of landed rows land again. The
+    claim script now checks the state's epoch marker in the same step: it refuses."""
+    lake, registry, speed, at, table = world
+    with LandingWriter(lake, "a") as a:
+        Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+        layer = speed()
+        real = layer.current
+        wiped: list[int] = []
+
+        def check_then_wipe():  # type: ignore[no-untyped-def]
+            found = real()
+            if not wiped:
+                wiped.append(1)
+                layer.client.flushall()
+            return found
+
+        monkeypatch.setattr(layer, "current", check_then_wipe)
+        with pytest.raises(StateLost):
+            Ingestor(registry, a, layer).ingest(table, now=at, source="t")
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+
+
+def test_a_deleted_landing_lock_file_never_makes_a_landing_writer_look_idle(world):
+    """Writer a is landing (claimed, not landed); an operator deletes its lock files in
+    lake/writers. Writer b's claim of the same ids must still answer them in flight: the
+    old check opened (and so recreated) a's lock file, found it free and took a's claims
+    over, so b landed the rows and a landed them again."""
+    lake, registry, speed, at, table = world
+    with LandingWriter(lake, "a") as a, LandingWriter(lake, "b") as b:
+        layer = speed()
+        with a.landing():
+            admitted = layer.claim(table, at, "a", a.next_seq)
+            for path in (lake / "writers").glob("a.*"):
+                if path.suffix != ".seq":
+                    path.unlink()
+            held = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+            assert (held.accepted, held.in_flight) == (0, table.num_rows), held.as_dict()
+            (lake / "writers" / "a.landing").touch()  # recreated: not the file a locked
+            again = Ingestor(registry, b, speed()).ingest(table, now=at, source="t")
+            assert (again.accepted, again.in_flight) == (0, table.num_rows), again.as_dict()
+            a.land(admitted.rows, at)
+            admitted.claim.settle()
+    ids = landed_ids(lake)
+    assert len(ids) == len(set(ids)) == table.num_rows
+
+
+def test_a_deleted_writer_lock_file_lets_no_second_process_land_as_the_same_writer(world):
+    """An operator deletes lake/writers/a.lock under a live writer a: another process opens
+    writer id a (a new lock file). The old writer a kept landing with the same seq file
+    (two processes, one writer id); now a's next landing stops with a message that says
+    what happened and what to do."""
+    lake, registry, speed, at, table = world
+    with LandingWriter(lake, "a") as a:
+        (lake / "writers" / "a.lock").unlink()
+        with LandingWriter(lake, "a"), pytest.raises(WriterBusy, match="deleted or replaced"):
+            Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+        # Deleted with nobody taking the id: a takes its lock file back and lands.
+        (lake / "writers" / "a.lock").unlink()
+        report = Ingestor(registry, a, speed()).ingest(table, now=at, source="t")
+        assert report.accepted == table.num_rows
+        with pytest.raises(WriterBusy, match="stop that process or wait"):
+            LandingWriter(lake, "a")
+
+
+def test_a_claim_ended_twice_never_frees_an_id_another_writer_claimed_since(world):
+    """a releases its claim (its landing failed), b claims the same ids, then a's release
+    runs again (two recoveries of one claim): the old script removed the fingerprints
+    again, now b's, so a third writer found the ids unknown and landed them beside b."""
+    lake, registry, speed, at, table = world
+    layer = speed()
+    with (LandingWriter(lake, "a") as a, LandingWriter(lake, "b") as b,
+          LandingWriter(lake, "c") as c):
+        with a.landing():
+            first = layer.claim(table, at, "a", a.next_seq)
+            first.claim.release()
+        with b.landing():
+            second = layer.claim(table, at, "b", b.next_seq)
+            assert second.rows.num_rows == table.num_rows
+            assert first.claim.release() == 0  # a stale end: nothing of b's is touched
+            held = Ingestor(registry, c, speed()).ingest(table, now=at, source="t")
+            assert (held.accepted, held.in_flight) == (0, table.num_rows), held.as_dict()
+            b.land(second.rows, at)
+            second.claim.settle()
+    # Nothing of the door's bookkeeping of ids in flight is left behind.
+    assert layer.door.writers_in_flight() == set()
+    assert [k for k in layer.client.scan_iter(match="lb:ids:*:holders")] == []
