@@ -357,12 +357,12 @@ class Door:
         """The group's epoch marker: the epoch of the state this record belongs to."""
         return f"lb:ids:{{{group}}}:epoch"
 
-    def mark_epoch(self, epoch: str, *, nx: bool = False) -> None:
-        """Write every group's epoch marker (`nx`: only where none is), once the record
-        belongs to the state of `epoch`: a claim checks it in its own script."""
+    def mark_epoch(self, epoch: str) -> None:
+        """Write every group's epoch marker, once the record belongs to the state of
+        `epoch`: a claim checks it in its own script."""
         pipe = self.client.pipeline(transaction=False)
         for group in range(self.groups):
-            pipe.set(self.epoch_key(group), epoch, nx=nx)
+            pipe.set(self.epoch_key(group), epoch)
         pipe.execute()
 
     def _groups(self, table: pa.Table) -> list[tuple[int, np.ndarray, bytes]]:

@@ -200,10 +200,12 @@ class SpeedLayer:
         self.apply_bans(fresh, atomic=False)
         self.sync_voids()
         # The door's record belongs to this state from now on (its claims check the marker:
-        # a flush after this leaves none, and the claim refuses). `nx`: a process racing
-        # this one to first use keeps its own markers; a mix is refused until rebuilt.
+        # a flush after this leaves none, and the claim refuses). Written before the
+        # pointer: a blip part-way leaves no pointer, and the next call marks every group
+        # again. Two processes racing to first use may leave a mix of their markers: claims
+        # then refuse (StateLost) until a rebuild, never claim on the wrong record.
         assert fresh.epoch is not None
-        self.door.mark_epoch(fresh.epoch, nx=True)
+        self.door.mark_epoch(fresh.epoch)
         self.client.set(CURRENT, fresh.to_json(), nx=True)
         found = read_current_version(self.client)
         if found is None or not found.epoch:

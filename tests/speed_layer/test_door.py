@@ -492,3 +492,26 @@ def test_a_claim_ended_twice_never_frees_an_id_another_writer_claimed_since(worl
     # Nothing of the door's bookkeeping of ids in flight is left behind.
     assert layer.door.writers_in_flight() == set()
     assert [k for k in layer.client.scan_iter(match="lb:ids:*:holders")] == []
+
+
+def test_a_blip_while_a_fresh_state_is_marked_heals_on_the_next_send(world, monkeypatch):
+    """First use of an empty Redis: the door's epoch markers are written, then the version
+    pointer. A blip after half the markers leaves no pointer; the next send marks every
+    group again and lands (a version that kept the old markers found them mixed and refused
+    every claim until a rebuild; found by the stateful model)."""
+    lake, registry, speed, at, table = world
+    layer = speed()
+    real = layer.door.mark_epoch
+
+    def half(epoch: str) -> None:
+        for group in range(layer.door.groups // 2):
+            layer.client.set(layer.door.epoch_key(group), epoch)
+        raise redis.ConnectionError("injected: Redis went away while marking")
+
+    with LandingWriter(lake, "a") as a:
+        monkeypatch.setattr(layer.door, "mark_epoch", half)
+        with pytest.raises(redis.ConnectionError):
+            Ingestor(registry, a, layer).ingest(table, now=at, source="t")
+        monkeypatch.setattr(layer.door, "mark_epoch", real)
+        report = Ingestor(registry, a, layer).ingest(table, now=at, source="t")
+    assert report.accepted == table.num_rows
