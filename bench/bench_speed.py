@@ -524,23 +524,24 @@ def door_memory(client: redis.Redis, registry: Registry, ids: int, console: Cons
     for buckets in dict.fromkeys((16384, max(1, ids // 96))):
         client.flushall()
         door = Door(client, registry.idempotency_horizon, buckets=buckets)
+        door.mark_epoch("bench")  # the record belongs to this (bench) state: claims check it
         with _progress(console) as progress:
             task = progress.add_task(f"claim and settle ids, {buckets:,} buckets", total=ids)
             began = time.perf_counter()
             for start in range(0, ids, chunk):
                 # The ingest path: claim (in flight), then settle once the rows "landed".
                 door.claim(_id_table(start, min(chunk, ids - start)), at, "bench",
-                           start).claim.settle()
+                           start, epoch="bench").claim.settle()
                 progress.advance(task, min(chunk, ids - start))
             seconds = time.perf_counter() - began
         used, remembered = door.memory()
         sample = pa.concat_tables([_id_table(0, 1000), _id_table(ids, 1000)])
-        admission = door.claim(sample, at + timedelta(hours=1), "bench", ids)
+        admission = door.claim(sample, at + timedelta(hours=1), "bench", ids, epoch="bench")
         admission.claim.release()  # the new ids did not land
         seen = admission.seen
         # An id in flight (claimed, landing not settled) costs its record in the writer's
-        # in-flight key on top of its fingerprint.
-        flying = door.claim(_id_table(ids + 1000, chunk), at, "bench", ids + 1)
+        # in-flight key and its field in the holders hash on top of its fingerprint.
+        flying = door.claim(_id_table(ids + 1000, chunk), at, "bench", ids + 1, epoch="bench")
         in_flight_used, _ = door.memory()
         flying.claim.release()
         figures.add_row(f"{buckets:,} buckets ({ids / buckets:.0f} ids a bucket): bytes / ids",
