@@ -91,6 +91,30 @@ _ROLLUP_COLUMNS = """
 #: A packed (time, match code) pair: time * _PACK + code, with 0 <= code < _PACK.
 _PACK = 2**32
 
+#: A packed (score, time mark) pair: score * 2^64 + mark, 0 <= mark < 2^64, as one HUGEINT:
+#: min/max over it is a native numeric aggregate, where a {score, time} struct compares
+#: field by field (several times slower over the fanned-out rows).
+_WIDE = "(1::HUGEINT << 64)"
+
+
+def _best_key(points: str, at: str, *, largest: bool) -> str:
+    """The packed key of a max (largest=True: the higher score, then the earlier time wins
+    under max) or min (the lower score, then the earlier time wins under min) aggregation;
+    null when either part is."""
+    mark = (f"(9223372036854775807 - epoch_us({at}))" if largest
+            else f"(epoch_us({at})::HUGEINT + 9223372036854775808)")
+    return f"({points}::HUGEINT * {_WIDE} + {mark})"
+
+
+def _low(key: str, unit: str) -> str:
+    """key floor-mod unit (DuckDB's % truncates toward zero)."""
+    return f"((({key}) % {unit} + {unit}) % {unit})"
+
+
+def _high(key: str, unit: str) -> str:
+    """floor(key / unit)."""
+    return f"((({key}) - {_low(key, unit)}) // {unit})"
+
 #: A carried window's previous standings row as a partial aggregate of the same shape as an
 #: exploded rollup row: each aggregation's state is its score with its time mark (a sum's
 #: total, a max/min's best with the earliest time reaching it, a last's points with its
@@ -391,7 +415,9 @@ class DuckDBEngine:
         """)
         con.execute("""
             CREATE OR REPLACE TEMP TABLE fan AS
-            SELECT c.event_date, rm.rmc, b.bw, s.bit, b.carried
+            SELECT c.event_date, rm.rmc, b.bw, s.bit, b.carried,
+                   (CASE s.aggregation WHEN 'max' THEN 1 WHEN 'min' THEN 2 WHEN 'last' THEN 3
+                                       ELSE 0 END)::UTINYINT AS agg
             FROM rm_i rm
             JOIN spec_i s ON CASE WHEN rm.region = '' THEN s.scope_key = 'board:' || rm.mode
                                   ELSE s.scope_key IN ('global', 'region:' || rm.region,
@@ -401,14 +427,17 @@ class DuckDBEngine:
         """)
         # The latest counted event of a (board-window, player) is the largest (event time,
         # match code) pair, packed in one HUGEINT key (a match code is below 2^32; times may
-        # be negative, so it is a product, not a shift): its match by arg_max, and a `last`
-        # board's points too. Codes and keys are computed once per rollup row, before the
-        # fan-out multiplies the rows by the board-windows they feed.
+        # be negative, so it is a product, not a shift): max gives its time and match, and
+        # arg_max a `last` board's points. A max or min board's best (score, earliest time)
+        # is one packed key too. Codes and keys are computed once per rollup row, before the
+        # fan-out multiplies the rows by the board-windows they feed; each fanned-out row
+        # keeps only the key its board aggregates (the others null, skipped for free).
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE coded AS
-            SELECT p.pc, m.mc, rm.rmc, r.event_date, r.mask, r.from_delta, r.matches,
-                   r.points_sum, r.max_points, r.max_at, r.min_points, r.min_at,
-                   r.last_points, r.first_event_at, epoch_us(r.last_event_at) AS last_us,
+            SELECT p.pc, rm.rmc, r.event_date, r.mask, r.from_delta, r.matches,
+                   r.points_sum, {_best_key("r.max_points", "r.max_at", largest=True)} AS max_key,
+                   {_best_key("r.min_points", "r.min_at", largest=False)} AS min_key,
+                   r.last_points, r.first_event_at,
                    epoch_us(r.last_event_at)::HUGEINT * {_PACK} + m.mc AS last_key
             FROM rollup_rows r
             JOIN players_i p ON p.player_id = r.player_id
@@ -419,47 +448,53 @@ class DuckDBEngine:
         con.execute("DROP TABLE rollup_rows")
         extra = []
         if "max" in aggregations:
-            extra.append("max({'p': x.max_points, 't': -epoch_us(x.max_at)}) AS mx")
+            extra.append("max(x.max_key) AS mx")
         if "min" in aggregations:
-            extra.append("min({'p': x.min_points, 't': epoch_us(x.min_at)}) AS mn")
+            extra.append("min(x.min_key) AS mn")
         if "last" in aggregations:
             extra.append("arg_max(x.last_points, x.last_key) AS last_points")
         extra_sql = "".join(f", {e}" for e in extra)
-        mx_p, mx_t = ("u.mx.p", "-u.mx.t") if "max" in aggregations else ("NULL", "NULL")
-        mn_p, mn_t = ("u.mn.p", "u.mn.t") if "min" in aggregations else ("NULL", "NULL")
+        mx_p, mx_t = ((f"{_high('u.mx', _WIDE)}::BIGINT",
+                       f"(9223372036854775807 - {_low('u.mx', _WIDE)})::BIGINT")
+                      if "max" in aggregations else ("NULL", "NULL"))
+        mn_p, mn_t = ((f"{_high('u.mn', _WIDE)}::BIGINT",
+                       f"({_low('u.mn', _WIDE)} - 9223372036854775808)::BIGINT")
+                      if "min" in aggregations else ("NULL", "NULL"))
         last_p = "u.last_points" if "last" in aggregations else "NULL"
         # Banned players are kept here (a window that received only their events still
         # exists) and dropped once the windows are known.
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE scored AS
             WITH x AS (
-                SELECT f.bw, r.pc, r.matches, r.points_sum, r.max_points, r.max_at,
-                       r.min_points, r.min_at, r.last_points, r.mc, r.first_event_at,
-                       r.last_us, r.last_key
+                SELECT f.bw, r.pc, r.matches, r.points_sum,
+                       CASE WHEN f.agg = 1 THEN r.max_key END AS max_key,
+                       CASE WHEN f.agg = 2 THEN r.min_key END AS min_key,
+                       CASE WHEN f.agg = 3 THEN r.last_points END AS last_points,
+                       r.first_event_at, r.last_key
                 FROM coded r
                 JOIN fan f ON f.event_date = r.event_date AND f.rmc = r.rmc
                           AND f.carried = r.from_delta
                 WHERE f.bit < 0 OR ((r.mask >> f.bit) & 1) = 1
                 UNION ALL
-                SELECT st.bw, st.pc, st.matches, st.points_sum, st.max_points, st.max_at,
-                       st.min_points, st.min_at, st.last_points, coalesce(m.mc, 0),
-                       st.first_event_at,
-                       epoch_us(st.last_event_at),
+                SELECT st.bw, st.pc, st.matches, st.points_sum,
+                       {_best_key("st.max_points", "st.max_at", largest=True)},
+                       {_best_key("st.min_points", "st.min_at", largest=False)},
+                       st.last_points, st.first_event_at,
                        epoch_us(st.last_event_at)::HUGEINT * {_PACK} + coalesce(m.mc, 0)
                 FROM ({_STATE_ROWS}) st LEFT JOIN matches_i m ON m.last_match = st.last_match
             ), u AS (
                 SELECT bw, pc,
                        sum(matches)::BIGINT AS matches,
                        sum(points_sum) AS points_sum,
-                       max(last_us) AS last_us,
-                       arg_max(mc, last_key) AS mc,
+                       max(last_key) AS last_key,
                        min(first_event_at) AS first_event_at{extra_sql}
                 FROM x
                 GROUP BY bw, pc
             ), s AS (
                 SELECT u.bw, u.pc, b.sign, b.earliest, b.time_bits, b.time_unit_us,
-                       b.window_start_us, u.matches, u.first_event_at, u.last_us,
-                       u.mc,
+                       b.window_start_us, u.matches, u.first_event_at,
+                       {_high("u.last_key", str(_PACK))}::BIGINT AS last_us,
+                       {_low("u.last_key", str(_PACK))}::BIGINT AS mc,
                        CASE b.aggregation
                            WHEN 'sum' THEN {_saturated("u.points_sum", "b.score_limit")}
                            WHEN 'max' THEN {mx_p}
@@ -467,7 +502,7 @@ class DuckDBEngine:
                            ELSE {last_p} END AS score,
                        CASE b.aggregation WHEN 'max' THEN {mx_t}
                                           WHEN 'min' THEN {mn_t}
-                                          ELSE u.last_us END AS reached_us
+                                          ELSE last_us END AS reached_us
                 FROM u JOIN bw_t b USING (bw)
             )
             SELECT bw, pc, score, matches, first_event_at, last_us, mc, reached_us, time_bits,
