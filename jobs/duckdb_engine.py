@@ -101,7 +101,7 @@ def _best_key(points: str, at: str, *, largest: bool) -> str:
     """The packed key of a max (largest=True: the higher score, then the earlier time wins
     under max) or min (the lower score, then the earlier time wins under min) aggregation;
     null when either part is."""
-    mark = (f"(9223372036854775807 - epoch_us({at}))" if largest
+    mark = (f"(9223372036854775807::HUGEINT - epoch_us({at}))" if largest
             else f"(epoch_us({at})::HUGEINT + 9223372036854775808)")
     return f"({points}::HUGEINT * {_WIDE} + {mark})"
 
