@@ -353,7 +353,8 @@ def test_drawn_registries_at_the_limits(data, tmp_path_factory):
 def test_events_before_1970_and_saturated_sums(tmp_path):
     """Regression (issue 11.2 and 11.1) in both engines: a calendar from 1870 with events of
     1964-65 (all-time only: far too late for their daily windows), a `last` board whose
-    latest event is before 1970, and sums that saturate at the key limit."""
+    latest event is before 1970, max and min boards whose bests are before 1970, and sums
+    that saturate at the key limit."""
     raw = {"regions": ["r"], "modes": ["a", "b"],
            "calendar": {"season": "quarterly", "all_time_start": "1870-01-01"},
            "limits": {"grace": "0s"},
@@ -361,6 +362,10 @@ def test_events_before_1970_and_saturated_sums(tmp_path):
                {"scope": "mode:a", "name": "sum-a", "ties": "earliest",
                 "windows": ["daily", "all-time"], "min_points": 0, "max_points": 2**19 - 1},
                {"scope": "mode:b", "name": "last-b", "aggregation": "last",
+                "windows": ["all-time"], "min_points": -10, "max_points": 10},
+               {"scope": "mode:b", "name": "max-b", "aggregation": "max",
+                "windows": ["all-time"], "min_points": -10, "max_points": 10},
+               {"scope": "mode:b", "name": "min-b", "aggregation": "min", "order": "asc",
                 "windows": ["all-time"], "min_points": -10, "max_points": 10}]}
     registry = registry_from(raw)
     landed = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -383,3 +388,10 @@ def test_events_before_1970_and_saturated_sums(tmp_path):
     assert rows[("sum-a", "all-time")] == [("p", 2**19 - 1), ("q", 5)]
     assert rows[("sum-a", "daily:2026-12-01")] == [("p", 2**19 - 1)]
     assert rows[("last-b", "all-time")] == [("p", 5), ("q", 3)]
+    # max and min keys pack (score, time) with times before 1970 (the DuckDB engine once
+    # overflowed INT64 there)
+    assert rows[("max-b", "all-time")] == [("p", 5), ("q", 3)]
+    assert rows[("min-b", "all-time")] == [("p", -7), ("q", 3)]
+    reached = {r["player_id"]: r["reached_at"]
+               for r in published.standings[("max-b", "all-time")].to_pylist()}
+    assert reached["p"] == datetime(1965, 3, 1, tzinfo=UTC)
