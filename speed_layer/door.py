@@ -29,7 +29,7 @@ An id the record holds is in one of two states:
   writer's own next claim, by any writer whose claim hits its records once that landing
   lock is free, or by a repair (`SpeedLayer.claim`, `SpeedLayer.repair`).
 
-A claim checks the group's epoch marker (`lb:ids:{group}:epoch`) in its script: a record
+A claim checks the group's epoch markers (`lb:ids:{group}:epochs`) in its script: a record
 that lost its past (Redis lost its data after the caller checked the state) claims nothing.
 
 Memory: a settled id costs its 8-byte fingerprint. An id in flight costs that, its 12-byte
@@ -110,16 +110,16 @@ return added
 
 #: KEYS: the group's current and previous generation, the writer's in-flight key, the
 #: group's set of writers with a claim in flight, the group's holders hash (12-byte record ->
-#: the writer holding it in flight), the group's epoch marker. ARGV: ttl, 12-byte records,
+#: the writer holding it in flight), the group's epoch markers. ARGV: ttl, 12-byte records,
 #: the in-flight header, the writer, the in-flight key prefix, the epoch of the state the
 #: caller read (same hash tag: one slot). Checks and records each id at once. Returns
 #: {flags, writers...}: one character per record ('1' settled, or earlier in this call: a
 #: retry; '2' in flight at another writer; '0' claimed now) and the writers holding the
-#: '2's; or the error `LOST` when the marker is not that epoch (Redis lost its data, or was
+#: '2's; or the error `LOST` when that epoch is not marked (Redis lost its data, or was
 #: rebuilt, since the caller read the state: nothing is claimed on a record that lost its
 #: past), or `INFLIGHT` while the writer's previous claim is not settled (recover it first).
 _CLAIM = _HAS + """
-if redis.call('GET', KEYS[6]) ~= ARGV[6] then return redis.error_reply('LOST') end
+if redis.call('SISMEMBER', KEYS[6], ARGV[6]) == 0 then return redis.error_reply('LOST') end
 if redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('INFLIGHT') end
 local ttl, ids, writer, prefix = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local found, records, order, claimed, busy, holders = {}, {}, {}, {}, {}, {}
@@ -354,15 +354,18 @@ class Door:
 
     @staticmethod
     def epoch_key(group: int) -> str:
-        """The group's epoch marker: the epoch of the state this record belongs to."""
-        return f"lb:ids:{{{group}}}:epoch"
+        """The group's epoch markers (a set): the epochs of the states this record belongs
+        to (a set, so processes racing to first use never overwrite the winner's)."""
+        return f"lb:ids:{{{group}}}:epochs"
 
-    def mark_epoch(self, epoch: str) -> None:
-        """Write every group's epoch marker, once the record belongs to the state of
-        `epoch`: a claim checks it in its own script."""
+    def mark_epoch(self, epoch: str, *, only: bool = False) -> None:
+        """Mark every group's record as belonging to the state of `epoch` (`only`: and to
+        no other, for a rebuild): a claim checks it in its own script."""
         pipe = self.client.pipeline(transaction=False)
         for group in range(self.groups):
-            pipe.set(self.epoch_key(group), epoch)
+            if only:
+                pipe.delete(self.epoch_key(group))
+            pipe.sadd(self.epoch_key(group), epoch)
         pipe.execute()
 
     def _groups(self, table: pa.Table) -> list[tuple[int, np.ndarray, bytes]]:

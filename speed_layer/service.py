@@ -200,10 +200,10 @@ class SpeedLayer:
         self.apply_bans(fresh, atomic=False)
         self.sync_voids()
         # The door's record belongs to this state from now on (its claims check the marker:
-        # a flush after this leaves none, and the claim refuses). Written before the
+        # a flush after this leaves none, and the claim refuses). Marked before the
         # pointer: a blip part-way leaves no pointer, and the next call marks every group
-        # again. Two processes racing to first use may leave a mix of their markers: claims
-        # then refuse (StateLost) until a rebuild, never claim on the wrong record.
+        # again; processes racing to first use each add their epoch, and the pointer's
+        # winner had marked every group before it wrote the pointer.
         assert fresh.epoch is not None
         self.door.mark_epoch(fresh.epoch)
         self.client.set(CURRENT, fresh.to_json(), nx=True)
@@ -504,7 +504,7 @@ class SpeedLayer:
                                  "its ttl) and another may be running: run `leaderboard "
                                  "speed rebuild` again once `speed status` shows none")
         assert version.epoch is not None
-        self.door.mark_epoch(version.epoch)  # the record is this state's: claims may run
+        self.door.mark_epoch(version.epoch, only=True)  # the record is this state's
         self.client.set(CURRENT, version.to_json())
         self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
         self.apply_voids(version)

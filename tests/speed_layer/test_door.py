@@ -505,7 +505,7 @@ def test_a_blip_while_a_fresh_state_is_marked_heals_on_the_next_send(world, monk
 
     def half(epoch: str) -> None:
         for group in range(layer.door.groups // 2):
-            layer.client.set(layer.door.epoch_key(group), epoch)
+            layer.client.sadd(layer.door.epoch_key(group), epoch)
         raise redis.ConnectionError("injected: Redis went away while marking")
 
     with LandingWriter(lake, "a") as a:
@@ -514,4 +514,24 @@ def test_a_blip_while_a_fresh_state_is_marked_heals_on_the_next_send(world, monk
             Ingestor(registry, a, layer).ingest(table, now=at, source="t")
         monkeypatch.setattr(layer.door, "mark_epoch", real)
         report = Ingestor(registry, a, layer).ingest(table, now=at, source="t")
+    assert report.accepted == table.num_rows
+
+
+def test_two_writers_racing_to_first_use_both_land(world):
+    """Two workers' first sends reach an empty Redis at once: each marks the door's record
+    with its own fresh epoch, one pointer wins. A marker per group (overwritten by the
+    loser) made the winner's claims refuse (StateLost; found by the stateful model): the
+    markers are a set per group now, so the winner's epoch stays marked."""
+    lake, registry, speed, at, table = world
+    first, second = speed(), speed()
+    real = first.door.mark_epoch
+
+    def race(epoch, **kwargs):  # type: ignore[no-untyped-def]
+        second.current()  # the other process marks and writes its pointer first
+        return real(epoch, **kwargs)  # then this one marks its (losing) epoch after it
+
+    first.door.mark_epoch = race  # type: ignore[method-assign]
+    assert first.current().epoch == second.current().epoch
+    with LandingWriter(lake, "a") as a:
+        report = Ingestor(registry, a, second).ingest(table, now=at, source="t")
     assert report.accepted == table.num_rows
