@@ -63,13 +63,7 @@ pytestmark = pytest.mark.redis
 
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
-KNOWN_DEFECTS: set[str] = {
-    # Issue 12 part 3: with voids, a 200-example run finds a global all-time total short of
-    # the model (dee 49 served, 54 in the model) after voids of whole matches mixed with
-    # direct scores, backfills, compaction, retention, Redis losses and failed folds. Not yet
-    # reduced; STATEFUL_TRY_DEFECTS=void runs the rule to find it.
-    "void",
-}
+KNOWN_DEFECTS: set[str] = set()
 #: STATEFUL_TRY_DEFECTS=name,name (or `all`) runs those rules anyway: how a fix is checked
 #: before its switch is removed, and how the minimal failing examples are found.
 _TRY = os.environ.get("STATEFUL_TRY_DEFECTS", "")
