@@ -88,7 +88,7 @@ from jobs.spec import calendar_table
 from leaderboard.bans import banned_players
 from leaderboard.lake import ROW_GROUP_SIZE, landed_files
 from leaderboard.manifest import watermark_for
-from leaderboard.registry import load_registry
+from leaderboard.registry import Registry, load_registry
 from leaderboard.settings import Settings
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -483,24 +483,104 @@ def _floor(files: list[str], repeats: int) -> tuple[float, float, int]:
     return best, best_cpu, rows
 
 
+#: How the plain statement scores a (board, window, player) group of each aggregation: the
+#: score and the instant it was reached (the `earliest` tie policy ranks by it). A max or min
+#: board's best is the first event with the best points; a sum or last board's instant is its
+#: latest event, and a last board's points are those of the latest (event time, match id).
+_PLAIN_SCORES = {
+    "sum": ("sum(points)::BIGINT", "max(at_us)"),
+    "max": ("max(points)", "arg_min(at_us, (-points, at_us))"),
+    "min": ("min(points)", "arg_min(at_us, (points, at_us))"),
+    "last": ("arg_max(points, (at_us, match_id))", "max(at_us)"),
+}
+
+
+def _plain_boards(registry: Registry) -> pa.Table:
+    """One row per (board, window kind) of `registry`: what the plain statement explodes an
+    event or a direct score into (scope_key: `board:<name>` for a direct board, which only
+    its own scores feed) and how that board scores and ranks (sign, earliest, unit_us)."""
+    pairs = [(b, kind) for b in registry.boards for kind in b.windows]
+    return pa.table({
+        "board": [b.name for b, _ in pairs],
+        "scope_key": [b.scope_key for b, _ in pairs],
+        "kind": [kind for _, kind in pairs],
+        "grace_us": pa.array([int(b.grace.total_seconds()) * 1_000_000 for b, _ in pairs],
+                             pa.int64()),
+        "aggregation": [b.aggregation for b, _ in pairs],
+        "sign": pa.array([1 if b.order == "desc" else -1 for b, _ in pairs], pa.int64()),
+        "earliest": [b.ties == "earliest" for b, _ in pairs],
+        "unit_us": pa.array([registry.layout(b, kind).unit_us or 1 for b, kind in pairs],
+                            pa.int64()),
+    })
+
+
+def _plain_sql(aggregations: set[str], earliest: bool, out: Path) -> str:
+    """The plain statement for a registry with these aggregations (and, with `earliest`,
+    some board whose ties go to who reached the score first). Only the aggregations in use
+    are computed, each over its own boards' rows, so a registry of sum boards pays nothing
+    for the other kinds."""
+    totals = " UNION ALL ".join(f"""
+                SELECT board, window_id, player_id, any_value(sign) AS sign,
+                       any_value(earliest) AS earliest, any_value(unit_us) AS unit_us,
+                       any_value(window_start_us) AS window_start_us,
+                       {_PLAIN_SCORES[a][0]} AS score, {_PLAIN_SCORES[a][1]} AS reached_us
+                FROM exploded WHERE aggregation = '{a}' GROUP BY board, window_id, player_id"""
+                                for a in sorted(aggregations))
+    # Shared ties: equal scores share the competition rank. Earliest ties: the earlier
+    # instant (in the board's key unit, from the window start) first, then player_id, so
+    # every rank is distinct (one rank() serves both: a shared board's extra keys are equal).
+    order = "sign * score DESC"
+    if earliest:
+        order += (", CASE WHEN earliest THEN (reached_us - window_start_us) // unit_us END,"
+                  " CASE WHEN earliest THEN player_id END")
+    return f"""
+        COPY (
+            WITH events AS (
+                SELECT match_id, player_id, points, event_time, region, mode, ingested_at,
+                       coalesce(backfill, false) AS backfill, board
+                FROM (SELECT * FROM read_parquet($files, filename = true,
+                                                 hive_partitioning = false, union_by_name = true)
+                      UNION ALL BY NAME SELECT NULL::BOOLEAN AS backfill,
+                                               NULL::VARCHAR AS board WHERE false)
+                WHERE ingested_at < $watermark
+                QUALIFY row_number() OVER (PARTITION BY match_id, player_id, board
+                                           ORDER BY ingested_at, filename) = 1
+            ), exploded AS (
+                SELECT b.board, c.window_id, c.window_start_us, b.aggregation, b.sign,
+                       b.earliest, b.unit_us, e.player_id, e.points, e.match_id,
+                       epoch_us(e.event_time) AS at_us
+                FROM events e
+                JOIN calendar_t c ON c.event_date = e.event_time::DATE
+                JOIN boards_t b ON b.kind = c.kind
+                 AND CASE WHEN e.board IS NOT NULL THEN b.scope_key = 'board:' || e.board
+                          ELSE b.scope_key IN ('global', 'region:' || e.region,
+                                               'mode:' || e.mode) END
+                WHERE (c.window_end_us IS NULL OR e.backfill
+                       OR epoch_us(e.ingested_at) <= c.window_end_us + b.grace_us)
+                  AND e.player_id NOT IN (SELECT player_id FROM banned_t)
+            ), totals AS ({totals}
+            )
+            SELECT board, window_id, player_id, score,
+                   rank() OVER (PARTITION BY board, window_id ORDER BY {order}) AS rank,
+                   100.0 * (count(*) OVER (PARTITION BY board, window_id) - rank + 1)
+                       / count(*) OVER (PARTITION BY board, window_id) AS percentile
+            FROM totals
+        ) TO '{out}' (FORMAT parquet, PARTITION_BY (board), COMPRESSION zstd)
+    """
+
+
 def _plain_statement(files: list[str], as_of: date, lake: Path, out: Path
                      ) -> tuple[float, float, int, MemoryPeaks]:
     """Issue 13's baseline: the whole job as ONE plain DuckDB statement over the landed files
-    (dedupe with first ingested wins, explode every event into its boards and windows, apply
-    the counting rule, sum, rank with competition ranks, add the percentile, write Parquet
+    (dedupe with first ingested wins, explode every event into its boards and windows and
+    every direct score into its board's, apply the counting rule, aggregate as each board
+    does, rank by each board's order and tie policy, add the percentile, write Parquet
     partitioned by board). Wall and CPU seconds and the rows written. The calendar comes from
     the same core table the engines use (window ids are not the point)."""
     registry = load_registry()
     first = as_of - timedelta(days=400)
     calendar = calendar_table(registry, first, as_of + _DAY)
-    boards = pa.table({
-        "board": [b.name for b in registry.boards for _ in b.windows],
-        "scope_key": ["global" if b.scope == "global" else f"{b.scope}:{b.scope_value}"
-                      for b in registry.boards for _ in b.windows],
-        "kind": [k for b in registry.boards for k in b.windows],
-        "grace_us": pa.array([int(b.grace.total_seconds()) * 1_000_000
-                              for b in registry.boards for _ in b.windows], pa.int64()),
-    })
+    boards = _plain_boards(registry)
     banned = pa.table({"player_id": pa.array(sorted(banned_players(
         lake, before=watermark_for(as_of))), pa.string())})
     con = _connect()
@@ -509,36 +589,9 @@ def _plain_statement(files: list[str], as_of: date, lake: Path, out: Path
     peaks = MemoryPeaks(con)
     cpu = _cpu()
     began = time.perf_counter()
-    con.execute(f"""
-        COPY (
-            WITH events AS (
-                SELECT player_id, points, event_time, region, mode, ingested_at,
-                       coalesce(backfill, false) AS backfill
-                FROM read_parquet($files, filename = true, hive_partitioning = false,
-                                  union_by_name = true)
-                WHERE ingested_at < $watermark
-                QUALIFY row_number() OVER (PARTITION BY match_id, player_id
-                                           ORDER BY ingested_at, filename) = 1
-            ), exploded AS (
-                SELECT b.board, c.window_id, e.player_id, e.points
-                FROM events e
-                JOIN calendar_t c ON c.event_date = e.event_time::DATE
-                JOIN boards_t b ON b.kind = c.kind
-                 AND b.scope_key IN ('global', 'region:' || e.region, 'mode:' || e.mode)
-                WHERE (c.window_end_us IS NULL OR e.backfill
-                       OR epoch_us(e.ingested_at) <= c.window_end_us + b.grace_us)
-                  AND e.player_id NOT IN (SELECT player_id FROM banned_t)
-            ), totals AS (
-                SELECT board, window_id, player_id, sum(points)::BIGINT AS score
-                FROM exploded GROUP BY ALL
-            )
-            SELECT board, window_id, player_id, score,
-                   rank() OVER (PARTITION BY board, window_id ORDER BY score DESC) AS rank,
-                   100.0 * (count(*) OVER (PARTITION BY board, window_id) - rank + 1)
-                       / count(*) OVER (PARTITION BY board, window_id) AS percentile
-            FROM totals
-        ) TO '{out}' (FORMAT parquet, PARTITION_BY (board), COMPRESSION zstd)
-    """, {"files": files, "watermark": watermark_for(as_of)})
+    con.execute(_plain_sql({b.aggregation for b in registry.boards},
+                           any(b.ties == "earliest" for b in registry.boards), out),
+                {"files": files, "watermark": watermark_for(as_of)})
     wall, used = time.perf_counter() - began, _cpu() - cpu
     peaks.stop()
     rows = con.sql(f"SELECT count(*) FROM read_parquet('{out}/**/*.parquet')").fetchall()[0][0]
