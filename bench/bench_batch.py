@@ -569,15 +569,15 @@ def _plain_sql(aggregations: set[str], earliest: bool, out: Path) -> str:
     """
 
 
-def _plain_statement(files: list[str], as_of: date, lake: Path, out: Path
-                     ) -> tuple[float, float, int, MemoryPeaks]:
+def _plain_statement(files: list[str], as_of: date, lake: Path, out: Path,
+                     registry: Registry) -> tuple[float, float, int, MemoryPeaks]:
     """Issue 13's baseline: the whole job as ONE plain DuckDB statement over the landed files
     (dedupe with first ingested wins, explode every event into its boards and windows and
     every direct score into its board's, apply the counting rule, aggregate as each board
     does, rank by each board's order and tie policy, add the percentile, write Parquet
     partitioned by board). Wall and CPU seconds and the rows written. The calendar comes from
-    the same core table the engines use (window ids are not the point)."""
-    registry = load_registry()
+    the same core table the engines use (window ids are not the point). `registry` is the
+    one the product ran with (LEADERBOARD_CONFIG), so both compute the same boards."""
     first = as_of - timedelta(days=400)
     calendar = calendar_table(registry, first, as_of + _DAY)
     boards = _plain_boards(registry)
@@ -826,14 +826,14 @@ def _format_floor(lake: Path, as_of: date, out: Path) -> tuple[float, float, int
     return wall, cpu, rows, size
 
 
-def _plain_figures(files: list[str], as_of: date, lake: Path, scratch: Path, full: Timeline,
-                   progress: Progress) -> list[tuple[str, str]]:
+def _plain_figures(files: list[str], as_of: date, settings: Settings, scratch: Path,
+                   full: Timeline, progress: Progress) -> list[tuple[str, str]]:
     """Issue 13 goal 2: the full recompute against the plain statement, same lake, same run,
     with the standings compared row for row."""
     task = progress.add_task("plain SQL statement (issue 13 baseline)", total=None)
-    out = scratch / "plain"
+    out, lake = scratch / "plain", settings.lake_dir
     try:
-        wall, cpu, rows, peaks = _plain_statement(files, as_of, lake, out)
+        wall, cpu, rows, peaks = _plain_statement(files, as_of, lake, out, settings.registry)
         compared, differ = _same_standings(out, lake, as_of)
     finally:
         progress.remove_task(task)
@@ -893,7 +893,7 @@ def _section_full(season: Season, scratch: Path, args: argparse.Namespace, conso
         ]
         figures += _memory_figures(full, settings.lake_dir)
         if "plain" not in args.skip:
-            figures += _plain_figures(files, as_of, settings.lake_dir, scratch, full, progress)
+            figures += _plain_figures(files, as_of, settings, scratch, full, progress)
         _figures(console, title, figures)
         _breakdown(console, "full recompute: where the time goes", full)
         if "incremental" in args.skip:

@@ -1,0 +1,87 @@
+"""bench/bench_batch.py's plain statement (issue 13's baseline) computes the product's standings.
+
+The benchmark's "standings identical" line compares the DuckDB full recompute with one plain
+SQL statement row for row; that check is only worth something if the statement follows
+today's definition. It once treated every landed row as a match event, so the default
+registry's direct `best-lap` scores (lap times, up to 1,000,000) were summed into the
+global, region and mode boards and the best-lap board itself was missing: "NO: 34,606,177
+differ" at 1M players, a bench defect that looked like a product one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from lakes import write_registry
+
+from app.generate import GenerateSpec
+from app.season import generate_season
+from bench.bench_batch import _plain_statement, _same_standings
+from jobs.batch import run_batch
+from leaderboard.bans import write_tombstone
+from leaderboard.lake import landed_files
+from leaderboard.registry import parse_registry
+from leaderboard.settings import Settings
+
+#: Every aggregation, both orders, both tie policies, two graces, direct boards of min and sum.
+REGISTRY = {
+    "regions": ["na", "eu", "asia"],
+    "modes": ["ranked", "casual"],
+    "limits": {"grace": "1d"},
+    "board_defaults": {"min_points": 0, "max_points": 100},
+    "boards": [
+        {"scope": "global"},
+        {"scope": "region:*"},
+        {"scope": "global", "name": "best", "aggregation": "max", "ties": "earliest"},
+        {"scope": "mode:*", "name": "low:*", "aggregation": "min", "order": "asc"},
+        {"scope": "mode:*", "name": "latest:*", "aggregation": "last",
+         "windows": ["daily", "weekly", "all-time"], "grace": "2h"},
+        {"scope": "region:na", "name": "fewest-na", "order": "asc", "ties": "earliest",
+         "windows": ["daily", "monthly", "season", "all-time"]},
+        {"name": "best-lap", "source": "direct", "aggregation": "min", "order": "asc",
+         "ties": "earliest", "windows": ["daily", "weekly", "all-time"], "min_points": 1,
+         "max_points": 100000},
+        {"name": "coins", "source": "direct", "windows": ["daily", "all-time"],
+         "min_points": -5, "max_points": 50},
+    ],
+}
+START = date(2026, 11, 26)
+DAYS = 4
+
+
+def test_plain_statement_matches_the_full_recompute_on_every_board_kind(tmp_path: Path) -> None:
+    config = tmp_path / "registry.toml"
+    write_registry(config, REGISTRY)
+    registry = parse_registry(REGISTRY, source="test")
+    data = tmp_path / "data"
+    lake = data / "lake"
+    lake.mkdir(parents=True)
+    report = generate_season(GenerateSpec(players=200, days=DAYS, events_per_day=1500,
+                                          start=START, seed=3, dirty=0.1, batch_minutes=240),
+                             registry, lake)
+    assert report.scores > 0  # direct scores landed beside the events
+    keen = pq.read_table(landed_files(lake)[0].path).column("player_id")[0].as_py()
+    write_tombstone(lake, keen, "ban", datetime.combine(START, time(6), UTC),
+                    reason="cheating")
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data),
+                                  "LEADERBOARD_CONFIG": str(config)})
+    as_of = START + timedelta(days=DAYS - 1)
+    result = run_batch(settings, as_of, engine="duckdb", full=True)
+
+    out = tmp_path / "plain"
+    files = [str(f.path) for f in landed_files(lake) if f.ingest_date <= as_of]
+    _, _, rows, _ = _plain_statement(files, as_of, lake, out, settings.registry)
+    compared, differ = _same_standings(out, lake, as_of)
+
+    assert (compared, differ) == (result.standings_rows, 0)
+    assert rows == compared
+    plain = pq.read_table(out)
+    published = {str(b) for b in pc.unique(plain.column("board")).to_pylist()}
+    assert {"best-lap", "coins", "best", "latest:ranked", "fewest-na"} <= published
+    # Equal lap times on best-lap rank by who set them first: the ranks are distinct there.
+    laps = plain.filter(pc.equal(plain.column("board"), "best-lap"))
+    assert len(set(zip(laps.column("window_id").to_pylist(), laps.column("rank").to_pylist(),
+                       strict=True))) == laps.num_rows
