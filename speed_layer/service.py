@@ -63,13 +63,25 @@ return 0
 """
 #: KEYS: a lock. ARGV: the owner's token, milliseconds. Extends the lock only while that
 #: owner holds it; returns 0 if it does not.
+#: KEYS: the version pointer, a lock. ARGV: the pointer the writer read, the new pointer,
+#: the lock owner's token ('' for none). Moves the pointer only if it still holds what the
+#: writer read (and the lock is still the writer's): a flush (Redis lost its data) or another
+#: writer in between refuses, never a pointer written back over an empty state.
+_SET_POINTER_IF = """
+if redis.call('GET', KEYS[1]) ~= (ARGV[1] ~= '' and ARGV[1] or false) then return 0 end
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
 _EXTEND_IF_OWNER = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
 #: Held while a rebuild runs (one at a time across processes); expires if its process dies,
 #: and is extended every third of this while the rebuild runs (a rebuild may take longer).
-_REBUILDING = "lb:rebuilding"
+#: Hash-tagged into the version pointer's slot (`lb:current`): the pointer is written in one
+#: script that checks this lock, also on a Redis Cluster.
+_REBUILDING = "{lb:current}:rebuilding"
 _REBUILD_LOCK_SECONDS = 600
 #: Keys whose MEMORY USAGE `status` sums (the console polls it): past this it extrapolates.
 _STATUS_MEMORY_SAMPLE = 5000
@@ -397,10 +409,14 @@ class SpeedLayer:
         pipe.incr(BANS_GENERATION)
         pipe.execute()
 
-    def rebase(self, manifest: Manifest, *, now: datetime | None = None) -> SpeedVersion:
+    def rebase(self, manifest: Manifest, *, now: datetime | None = None,
+               attempt: int = 0) -> SpeedVersion:
         """Build the state of a newly published version beside the live one, flip `current`
         to it, catch up what landed meanwhile, and let the old version's keys expire. On a
-        lost state it rebuilds the lake's live version instead (`now`: for the horizon)."""
+        lost state it rebuilds the lake's live version instead (`now`: for the horizon).
+        The flip moves the pointer only if it is still the one read at the start: a flush
+        in between (V+1's keys partial, the old epoch gone) is a lost state, not a pointer
+        written back over it."""
         self.sync_bans()
         self.sync_voids()
         try:
@@ -422,13 +438,27 @@ class SpeedLayer:
         self.apply_bans(new, atomic=False)
         self.apply_voids(new)
         faults.checkpoint("rebase.after_catch_up")
-        self.client.set(CURRENT, new.to_json())
+        if not self._set_pointer(new, expected=old):
+            # Redis lost its data (or another rebase moved the pointer) since `old` was
+            # read: V+1's keys may be partial; start again from what the pointer says now.
+            if attempt >= 1:
+                raise StateLost("the speed state's version pointer changed under the rebase "
+                                "twice; run `leaderboard speed rebuild`")
+            return self.rebase(manifest, now=now, attempt=attempt + 1)
         faults.checkpoint("rebase.after_flip")
         self.apply_bans(new)
         self.apply_voids(new)
         self.folder.catch_up(new)
         self.expire_version(old.tag)
         return new
+
+    def _set_pointer(self, version: SpeedVersion, *, expected: SpeedVersion | None,
+                     token: str = "") -> bool:
+        """Point `current` at `version` if it still points at `expected` (None: nothing)
+        and, with a token, the rebuild lock is still that token's: one atomic step."""
+        return bool(self.client.eval(
+            _SET_POINTER_IF, 2, CURRENT, _REBUILDING,
+            "" if expected is None else expected.to_json(), version.to_json(), token))
 
     def expire_version(self, tag: str, seconds: int = _EXPIRE_OLD_VERSION) -> int:
         count = 0
@@ -505,7 +535,11 @@ class SpeedLayer:
                                  "speed rebuild` again once `speed status` shows none")
         assert version.epoch is not None
         self.door.mark_epoch(version.epoch, only=True)  # the record is this state's
-        self.client.set(CURRENT, version.to_json())
+        # Only while the lock is still ours and nobody wrote a pointer: a flush during the
+        # rebuild took the lock with the rest, and its state is partial.
+        if not self._set_pointer(version, expected=None, token=keeper.token):
+            raise StateLost("Redis lost its data while the speed state was rebuilt: run "
+                            "`leaderboard speed rebuild` again")
         self.apply_bans(version)  # a ban or unban that reached the lake meanwhile
         self.apply_voids(version)
         return folded + self.folder.catch_up(version)

@@ -23,6 +23,8 @@ from leaderboard.manifest import read_current
 from leaderboard.redis_server import EmbeddedRedis
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
+from leaderboard.speed_keys import StateLost
+from serving.service import Leaderboards
 from speed_layer import service
 from speed_layer.ingest import Ingestor
 from speed_layer.service import RebuildRunning, SpeedLayer
@@ -354,6 +356,58 @@ def test_files_landed_during_a_rebase_reach_the_new_version(world, redis_client)
     _assert_served_as_reference(lake, registry, redis_client)
 
 
+def test_redis_lost_during_a_rebase_is_rebuilt_not_served(world, redis_client):
+    """Redis loses its data between the rebase's catch-up and its flip: the flip wrote the
+    pointer back with the old epoch over a state that had lost its door record, so the
+    state claimed a past it no longer had (ingest then refused until a rebuild). The flip
+    now moves the pointer only if it is still the one read: the rebase sees the loss and
+    rebuilds under a new epoch, and reads equal the reference, the ban kept."""
+    lake, registry, speed = world
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(lake.parent)})
+    todo = batches(random_stream(37, start=START, days=2, duplicate_share=0.0))
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for at, table in todo:
+            ingestor.ingest(table, now=at, source="t")
+    epoch = speed.current().epoch
+    manifest = run_batch(settings, START.date()).manifest
+    # A ban after the new watermark: only the speed layer's ban set keeps it off V+1.
+    player = todo[0][1].column("player_id")[0].as_py()
+    speed.ban(player, todo[-1][0])
+    flushes = faults.on_hit(1, lambda _name: redis_client.flushall())
+    with faults.injected("rebase.after_catch_up", flushes):
+        speed.rebase(manifest, now=todo[-1][0])
+    assert speed.current().version == manifest.version
+    assert speed.current().epoch != epoch
+    assert speed.folder.pending(speed.current()) == []
+    _assert_served_as_reference(lake, registry, redis_client)
+
+
+def test_redis_lost_during_a_rebuild_leaves_the_state_lost(world, redis_client):
+    """Redis loses its data (the ban set and the rebuild's own lock with it) after the
+    rebuild synced the bans: the rebuild wrote its pointer anyway, and the banned player
+    was served. Now the pointer is written only while the lock is still the rebuild's: the
+    state stays lost (nothing served) until the next rebuild, which is exact."""
+    lake, registry, speed = world
+    todo = batches(random_stream(38, start=START, days=1, duplicate_share=0.0))
+    with LandingWriter(lake, "w") as writer:
+        ingestor = Ingestor(registry, writer, speed)
+        for at, table in todo:
+            ingestor.ingest(table, now=at, source="t")
+    player = todo[0][1].column("player_id")[0].as_py()
+    speed.ban(player, START)
+    now = todo[-1][0]
+    flushes = faults.on_hit(1, lambda _name: redis_client.flushall())
+    with faults.injected("rebuild.after_reset", flushes), pytest.raises(StateLost):
+        speed.rebuild(now)
+    with pytest.raises(StateLost):
+        speed.current()
+    speed.rebuild(now)
+    served = Leaderboards(lake, registry, redis_client, now=lambda: now)
+    assert player not in [e.player_id for e in served.merged("global", "all-time").top(100)]
+    _assert_served_as_reference(lake, registry, redis_client)
+
+
 def test_an_unban_racing_a_live_fold_keeps_the_players_rows(world, redis_client):
     """The unban runs while a file is being folded with the banned set read before it:
     the player's rows of that file count in every board-window."""
@@ -485,7 +539,7 @@ def test_a_rebuild_longer_than_its_lock_ttl_keeps_the_lock(world, redis_client, 
     with faults.injected("rebuild.after_reset", faults.on_hit(1, slow)):
         speed.rebuild(START + timedelta(days=1))
     assert len(second) == 1, "a second rebuild ran while the first was still rebuilding"
-    assert redis_client.get("lb:rebuilding") is None  # released at the end
+    assert redis_client.get("{lb:current}:rebuilding") is None  # released at the end
     assert speed.status().state.startswith("ok")
 
 
