@@ -90,7 +90,7 @@ from jobs.spec import calendar_table
 from leaderboard.bans import banned_players
 from leaderboard.lake import ROW_GROUP_SIZE, landed_files
 from leaderboard.manifest import watermark_for
-from leaderboard.registry import Registry, load_registry
+from leaderboard.registry import Registry
 from leaderboard.settings import Settings
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -149,14 +149,21 @@ class Season:
         return [str(f.path) for f in landed_files(self.root / "lake") if f.ingest_date <= as_of]
 
 
-def _season_key(spec: GenerateSpec) -> str:
+def _season_key(spec: GenerateSpec, registry: Registry) -> str:
+    """The cache key of a season: its shape and the registry it was generated with (a season
+    cached before the registry gained a board, such as the default's direct `best-lap`, has
+    no rows for it, and every comparison on it would silently leave the board out)."""
     return (f"p{spec.players}-e{spec.events_per_day * spec.days}-d{spec.days}-"
-            f"dirty{spec.dirty:g}-s{spec.seed}-b{spec.batch_minutes}-{spec.start.isoformat()}")
+            f"dirty{spec.dirty:g}-s{spec.seed}-b{spec.batch_minutes}-{spec.start.isoformat()}-"
+            f"r{registry.fingerprint[:8]}")
 
 
 def _season(spec: GenerateSpec, cache: Path, regenerate: bool, console: Console) -> Season:
-    """Generate `spec` into cache/<key>, or reuse a complete earlier generation."""
-    root = cache / _season_key(spec)
+    """Generate `spec` with the product's registry (LEADERBOARD_CONFIG) into cache/<key>, or
+    reuse a complete earlier generation of the same key."""
+    registry = Settings.from_env().registry
+    key = _season_key(spec, registry)
+    root = cache / key
     done = root / "complete.json"
     if done.exists() and not regenerate:
         info = json.loads(done.read_text())
@@ -164,14 +171,15 @@ def _season(spec: GenerateSpec, cache: Path, regenerate: bool, console: Console)
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    columns = (TextColumn(f"[bold]generate[/] {_season_key(spec)}"), BarColumn(),
+    columns = (TextColumn(f"[bold]generate[/] {key}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("rows", total=None)
-        report = generate_season(spec, load_registry(), root / "lake",
+        report = generate_season(spec, registry, root / "lake",
                                  progress=lambda d, t: progress.update(task, completed=d,
                                                                        total=t))
     done.write_text(json.dumps({"accepted": report.accepted, "seconds": report.seconds,
+                                "registry": registry.fingerprint,
                                 "spec": {k: str(v) for k, v in asdict(spec).items()}}))
     return Season(spec, root, report.seconds, report.accepted)
 

@@ -19,11 +19,11 @@ from lakes import write_registry
 
 from app.generate import GenerateSpec
 from app.season import generate_season
-from bench.bench_batch import _plain_statement, _same_standings
+from bench.bench_batch import _plain_statement, _same_standings, _season_key
 from jobs.batch import run_batch
 from leaderboard.bans import write_tombstone
 from leaderboard.lake import landed_files
-from leaderboard.registry import parse_registry
+from leaderboard.registry import load_registry, parse_registry
 from leaderboard.settings import Settings
 
 #: Every aggregation, both orders, both tie policies, two graces, direct boards of min and sum.
@@ -85,3 +85,13 @@ def test_plain_statement_matches_the_full_recompute_on_every_board_kind(tmp_path
     laps = plain.filter(pc.equal(plain.column("board"), "best-lap"))
     assert len(set(zip(laps.column("window_id").to_pylist(), laps.column("rank").to_pylist(),
                        strict=True))) == laps.num_rows
+
+
+def test_a_season_is_cached_per_registry() -> None:
+    """A season cached under another registry (say, before the default gained `best-lap`)
+    is not reused: it would have no rows for the new board."""
+    spec = GenerateSpec(players=100, days=2, events_per_day=50)
+    default, football = load_registry("default"), load_registry("football")
+    assert _season_key(spec, default) == _season_key(spec, load_registry())
+    assert _season_key(spec, default) != _season_key(spec, football)
+    assert _season_key(spec, default).endswith(default.fingerprint[:8])
