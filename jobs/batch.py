@@ -17,7 +17,7 @@ import argparse
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from jobs.publish import PublishError, RewindRefused, StandingsWriter, seal
 from jobs.retention import deleted_through
+from jobs.revoid import Revoid, plan_revoid
 from jobs.spec import (
     CARRY_KINDS,
     CARRY_SCHEMA,
@@ -430,6 +431,8 @@ class _Plan:
     #: the landed files (lake-relative) the base absorbed, compacted files included, that
     #: are still in the lake: what an incremental run dedupes its new events against
     absorbed: list[str]
+    #: a void night after retention: the event dates recomputed from raw events (jobs.revoid)
+    revoid: Revoid | None = None
 
 
 @dataclass(frozen=True)
@@ -437,9 +440,13 @@ class _Rolled:
     """The version's rollups after this run: event date -> file entry."""
 
     rollups: dict[str, dict[str, Any]]
-    changed: list[date]  # event dates that received new rows
+    changed: list[date]  # event dates that received new rows (or were recomputed)
     counted: int  # events newly absorbed
     delta: pa.Table  # this run's new rollup rows (before merging with the base's)
+    #: event dates recomputed from raw events without the new voids, and the events the
+    #: base counted on them that the voids took out
+    redone: list[date] = field(default_factory=list)
+    removed: int = 0
 
 
 @dataclass(frozen=True)
@@ -471,13 +478,22 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
             say(f"{len(late_landed)} file(s) landed into partitions the previous version had "
                 "already closed (landed with a clock in the past): recomputing in full")
     voids = voids_before(lake, watermark)
+    revoid = None
     if mode == "incremental" and previous is not None and (
             previous.inputs.get("voids", "") != voids_digest(voids)):
         # A void may hit events the previous version absorbed: their rollups must lose
         # them, which only a recompute from the raw events does (voids are rare).
         if _retention_ran(lake):
-            say("voids changed, but retention deleted raw events: a full recompute would "
-                "miss them; the new voids apply to events not absorbed yet")
+            # A full recompute would miss the deleted events: only the event dates the new
+            # voids touch are recomputed, those whose raw events are all still kept.
+            revoid = plan_revoid(lake, registry, previous, files, watermark)
+            if revoid.beyond:
+                say("voids changed, but retention deleted raw events of "
+                    f"{', '.join(d.isoformat() for d in revoid.beyond)}: the base's rows of "
+                    "those dates stand (README: Voids)")
+            if revoid.dates:
+                say("voids changed: recomputing the rollups of "
+                    f"{', '.join(d.isoformat() for d in revoid.dates)} from raw events")
         else:
             mode = "full"
             say("voids changed since the previous version: recomputing in full")
@@ -492,7 +508,8 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
         as_of=as_of, run=run, started=started, watermark=watermark, files=files, base=base,
         mode=mode, calendar=calendar_table(registry, first_day, as_of + timedelta(days=1)),
         bits=lateness_bits(registry), banned=banned_players(lake, before=watermark),
-        voids=voids, absorbed=sorted(absorbed & listed) if base is not None else [])
+        voids=voids, absorbed=sorted(absorbed & listed) if base is not None else [],
+        revoid=revoid if base is not None else None)
 
 
 def _retention_ran(lake: Path) -> bool:
@@ -521,11 +538,53 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
     changed = _rollup_dates(delta)
     say(f"{counted:,} new events since {base.as_of} touch {len(changed)} event date(s)")
     rollups = base.rollups(lake)
+    redone, fresh, removed = _redo(eng, lake, plan, rollups, say)
     merged = eng.merge_rollups(
-        _rollup_index(lake, rollups, [d.isoformat() for d in changed]), delta)
+        _rollup_index(lake, rollups, [d.isoformat() for d in changed if d not in redone]),
+        pa.concat_tables([delta, fresh.cast(delta.schema)]) if redone else delta)
     checkpoint("batch.rollups")
+    for day in redone:  # a date the voids emptied has no rows left
+        rollups.pop(day.isoformat(), None)
     rollups.update(_write_rollups(lake, merged, plan.run))
-    return _Rolled(rollups, changed, counted, delta)
+    return _Rolled(rollups, sorted(set(changed) | set(redone)), counted, delta, redone,
+                   removed)
+
+
+def _redo(eng: Engine, lake: Path, plan: _Plan, rollups: dict[str, dict[str, Any]],
+          say: Step) -> tuple[list[date], pa.Table, int]:
+    """A void night after retention: the rollup rows of the event dates the new voids touch,
+    recomputed from the raw events the base absorbed (the same dedupe and counting as a full
+    recompute, every void applied), and the events they lost. A date is recomputed only if
+    the same recompute with the base's voids gives back the base's events and points for it
+    (else some raw event of it is gone, e.g. a first copy in a deleted partition: the base's
+    rows stand, the documented limit)."""
+    revoid, base = plan.revoid, plan.base
+    if revoid is None or base is None or not revoid.dates:
+        return [], ROLLUP_SCHEMA.empty_table(), 0
+    files = [str(lake / p) for p in plan.absorbed]
+    days = pa.array(revoid.dates, pa.date32())
+
+    def roll(voids: pa.Table) -> pa.Table:
+        table, _ = eng.rollup_events(files, watermark=base.watermark_at, since=None,
+                                     absorbed=[], calendar=plan.calendar, bits=plan.bits,
+                                     voids=voids)
+        return table.filter(pc.is_in(table.column("event_date"), value_set=days))
+
+    before, after = roll(revoid.old_voids), roll(plan.voids)
+    redone = []
+    for day in revoid.dates:
+        entry = rollups.get(day.isoformat(), {"events": 0, "points": 0})
+        rows = before.filter(pc.equal(before.column("event_date"), pa.scalar(day, pa.date32())))
+        points = int(pc.sum(rows.column("points_sum")).as_py() or 0) if rows.num_rows else 0
+        if (_events_in(rows), points) == (entry["events"], entry["points"]):
+            redone.append(day)
+        else:
+            say(f"raw events of {day} are missing from the lake: the base's rows stand")
+    fresh = after.filter(pc.is_in(after.column("event_date"),
+                                  value_set=pa.array(redone, pa.date32())))
+    removed = sum(int(rollups.get(d.isoformat(), {"events": 0})["events"]) for d in redone
+                  ) - _events_in(fresh)
+    return redone, fresh, removed
 
 
 def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rolled,
@@ -535,6 +594,8 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
     base, as_of = plan.base, plan.as_of
     all_dates = sorted(date.fromisoformat(d) for d in rolled.rollups)
     previous_banned = set(base.inputs.get("banned", [])) if base is not None else None
+    # rolled.changed holds the dates a void night recomputed (jobs.revoid), so every
+    # board-window they feed is ranked again, and none of them is carried (its past changed)
     if base is None or previous_banned is None:
         needed = plan_windows(registry, all_dates, as_of)
     elif previous_banned != plan.banned:
@@ -546,7 +607,8 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
         needed = plan_windows(registry, rolled.changed, as_of)
     needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
                              "window_id": [w for _, w in sorted(needed)]})
-    carry = _carry_plan(lake, registry, plan, needed)
+    carry = _carry_plan(lake, registry, plan, needed,
+                        changed_past=_windows_of(plan.calendar, rolled.redone))
     carried = set(zip(carry.column("board").to_pylist(), carry.column("window_id").to_pylist(),
                       strict=True))
     read = _dates_of(plan.calendar, {w for _, w in needed - carried})
@@ -644,8 +706,18 @@ def _dates_of(calendar: pa.Table, window_ids: set[str]) -> list[str]:
     return sorted(d.isoformat() for d in pc.unique(rows.column("event_date")).to_pylist())
 
 
+def _windows_of(calendar: pa.Table, dates: list[date]) -> set[str]:
+    """The window ids (any board) that hold any of `dates`."""
+    if not dates:
+        return set()
+    rows = calendar.filter(pc.is_in(calendar.column("event_date"),
+                                    value_set=pa.array(dates, pa.date32())))
+    return set(pc.unique(rows.column("window_id")).to_pylist())
+
+
 def _carry_plan(lake: Path, registry: Registry, plan: _Plan,
-                needed: set[tuple[str, str]]) -> pa.Table:
+                needed: set[tuple[str, str]],
+                changed_past: set[str] | None = None) -> pa.Table:
     """The needed board-windows of CARRY_KINDS that can be built from the base version's
     standings rows plus the night's new rollup rows (CARRY_SCHEMA), so that a night reads
     no history. A window is carried when the base's rows hold every counted player's whole
@@ -653,7 +725,9 @@ def _carry_plan(lake: Path, registry: Registry, plan: _Plan,
     standings rows there: the windows are recomputed from rollups); never from a file
     without `last_match_id` (written before it existed) or, on a sum board, one where some
     total may sit at the saturation limit (Parquet statistics, no data read). A window the
-    base lacks had no counted rows yet: carried from nothing (path null).
+    base lacks had no counted rows yet: carried from nothing (path null). Never a window of
+    `changed_past` (window ids): its past changed (a void night recomputed some of its
+    dates).
     """
     base = plan.base
     if base is None or not set(base.inputs.get("banned", [])) <= plan.banned:
@@ -667,7 +741,7 @@ def _carry_plan(lake: Path, registry: Registry, plan: _Plan,
     rows: list[tuple[str, str, str | None]] = []
     for board, window_id in sorted(needed):
         kind = window_id.split(":", 1)[0]
-        if kind not in CARRY_KINDS:
+        if kind not in CARRY_KINDS or window_id in (changed_past or set()):
             continue
         path = paths.get((board, window_id))
         if path is None:
@@ -715,12 +789,14 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
                                            standings.column("score_total").to_pylist(),
                                            strict=True)}
     events_total = sum(e["events"] for e in rollups.values())
-    expected_total = counted + (int(base.inputs.get("events", 0)) if base else 0)
+    expected_total = counted + (int(base.inputs.get("events", 0)) if base else 0
+                                ) - rolled.removed
     if events_total != expected_total:
         raise PublishError(f"rollups count {events_total} events, expected {expected_total} "
                            "(deduped input); not publishing")
     end = registry.calendar.all_time_end
-    carried_points = _carried_scope_points(base, rolled.delta, plan.banned, end)
+    carried_points = (None if rolled.redone
+                      else _carried_scope_points(base, rolled.delta, plan.banned, end))
     full_points: dict[str, pa.Array] | None = None
     paths = dict(zip(zip(standings.column("board").to_pylist(),
                          standings.column("window_id").to_pylist(), strict=True),

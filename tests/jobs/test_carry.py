@@ -5,7 +5,8 @@ Two lakes get the same landings and tombstones night after night. One runs as th
 (an incremental night, then compaction of the day and retention of old raw partitions); the
 other recomputes every night in full from raw events it never loses. Every standings and
 histogram row of every board-window must be equal, after bans, unbans, late events, trusted
-backfills and re-deliveries across nights.
+backfills, re-deliveries and voids of the previous night's results (absorbed, after
+retention: jobs.revoid) across nights.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from leaderboard.lake import LandingWriter
 from leaderboard.manifest import read_current
 from leaderboard.schema import TIMESTAMP
 from leaderboard.settings import Settings
+from leaderboard.voids import write_void
 from speed_layer.ingest import Ingestor
 
 #: Drawn sequences of nights per run, beside the explicit one; CI may raise it (each takes
@@ -87,19 +89,22 @@ night_plans = st.lists(st.fixed_dictionaries({
     "ban": st.sampled_from([None, "ban", "unban"]),
     "player": st.integers(0, 24),
     "backfill": st.booleans(),
+    "void": st.booleans(),
 }), min_size=3, max_size=5)
 
 
-def _plan(seed: int, ban: str | None = None, player: int = 0, backfill: bool = False) -> dict:
-    return {"seed": seed, "ban": ban, "player": player, "backfill": backfill}
+def _plan(seed: int, ban: str | None = None, player: int = 0, backfill: bool = False,
+          void: bool = False) -> dict:
+    return {"seed": seed, "ban": ban, "player": player, "backfill": backfill, "void": void}
 
 
 @settings(max_examples=CARRY_EXAMPLES, deadline=None)
 @given(plans=night_plans)
 # Every case in one sequence: a ban, a backfill of the first day, a night with a ban and
-# an unban in force (rebuilt from rollups), then carried nights after it.
+# an unban in force (rebuilt from rollups), then carried nights after it; voids of the
+# previous night's matches once retention ran (their windows recomputed, not carried).
 @example(plans=[_plan(1), _plan(2, "ban", 3), _plan(3, backfill=True), _plan(4, "unban"),
-                _plan(5, "ban", 7, backfill=True)])
+                _plan(5, "ban", 7, backfill=True, void=True), _plan(6, void=True)])
 def test_carried_nights_equal_full_recomputes(tmp_path_factory, plans):
     root = tmp_path_factory.mktemp("carry")
     config = root / "registry.toml"
@@ -108,6 +113,7 @@ def test_carried_nights_equal_full_recomputes(tmp_path_factory, plans):
     nightly, full = root / "nightly", root / "full"
     carried_windows = 0
     banned: set[str] = set()
+    previous: list[dict] = []
     for number, plan in enumerate(plans):
         day = START + timedelta(days=number)
         midnight = datetime.combine(day, time(), UTC)
@@ -124,6 +130,12 @@ def test_carried_nights_equal_full_recomputes(tmp_path_factory, plans):
             if plan["ban"] == "ban" or (plan["ban"] == "unban" and banned):
                 target = player if plan["ban"] == "ban" else sorted(banned)[0]
                 write_tombstone(lake, target, plan["ban"], midnight + timedelta(hours=12))
+            if plan["void"] and previous:
+                write_void(lake, previous[0]["match_id"], None,
+                           midnight + timedelta(hours=13), "exploit")
+                write_void(lake, previous[-1]["match_id"], previous[-1]["player_id"],
+                           midnight + timedelta(hours=13), "wrong score")
+        previous = events
         if plan["ban"] == "ban":
             banned.add(player)
         elif plan["ban"] == "unban" and banned:
