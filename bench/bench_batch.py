@@ -524,25 +524,30 @@ def _plain_boards(registry: Registry) -> pa.Table:
     })
 
 
-def _plain_sql(aggregations: set[str], earliest: bool, out: Path) -> str:
-    """The plain statement for a registry with these aggregations (and, with `earliest`,
-    some board whose ties go to who reached the score first). Only the aggregations in use
-    are computed, each over its own boards' rows, so a registry of sum boards pays nothing
-    for the other kinds."""
-    totals = " UNION ALL ".join(f"""
-                SELECT board, window_id, player_id, any_value(sign) AS sign,
-                       any_value(earliest) AS earliest, any_value(unit_us) AS unit_us,
-                       any_value(window_start_us) AS window_start_us,
-                       {_PLAIN_SCORES[a][0]} AS score, {_PLAIN_SCORES[a][1]} AS reached_us
-                FROM exploded WHERE aggregation = '{a}' GROUP BY board, window_id, player_id"""
-                                for a in sorted(aggregations))
-    # Shared ties: equal scores share the competition rank. Earliest ties: the earlier
-    # instant (in the board's key unit, from the window start) first, then player_id, so
-    # every rank is distinct (one rank() serves both: a shared board's extra keys are equal).
-    order = "sign * score DESC"
-    if earliest:
-        order += (", CASE WHEN earliest THEN (reached_us - window_start_us) // unit_us END,"
-                  " CASE WHEN earliest THEN player_id END")
+def _plain_sql(kinds: set[tuple[str, bool]], out: Path) -> str:
+    """The plain statement for a registry whose boards are of these kinds: (aggregation, ties
+    go to who reached the score first). Each kind is scored and ranked over its own boards'
+    rows only, so the registry's sum boards with shared ties (nearly every row) pay nothing
+    for the others: no instant aggregated, no extra sort keys."""
+    ranked = []
+    for aggregation, earliest in sorted(kinds):
+        score, reached = _PLAIN_SCORES[aggregation]
+        where = f"aggregation = '{aggregation}' AND {'' if earliest else 'NOT '}earliest"
+        # Shared ties: equal scores share the competition rank. Earliest ties: the earlier
+        # instant (in the board's key unit, from the window start), then player_id: every
+        # rank is distinct.
+        extra, order = "", "sign * score DESC"
+        if earliest:
+            extra = (f", {reached} AS reached_us, any_value(window_start_us) AS start_us,"
+                     " any_value(unit_us) AS unit_us")
+            order += ", (reached_us - start_us) // unit_us, player_id"
+        ranked.append(f"""
+                SELECT board, window_id, player_id, score,
+                       rank() OVER (PARTITION BY board, window_id ORDER BY {order}) AS rank
+                FROM (SELECT board, window_id, player_id, any_value(sign) AS sign,
+                             {score} AS score{extra}
+                      FROM exploded WHERE {where} GROUP BY board, window_id, player_id)""")
+    union = " UNION ALL ".join(ranked)
     return f"""
         COPY (
             WITH events AS (
@@ -568,13 +573,12 @@ def _plain_sql(aggregations: set[str], earliest: bool, out: Path) -> str:
                 WHERE (c.window_end_us IS NULL OR e.backfill
                        OR epoch_us(e.ingested_at) <= c.window_end_us + b.grace_us)
                   AND e.player_id NOT IN (SELECT player_id FROM banned_t)
-            ), totals AS ({totals}
+            ), ranked AS ({union}
             )
-            SELECT board, window_id, player_id, score,
-                   rank() OVER (PARTITION BY board, window_id ORDER BY {order}) AS rank,
+            SELECT board, window_id, player_id, score, rank,
                    100.0 * (count(*) OVER (PARTITION BY board, window_id) - rank + 1)
                        / count(*) OVER (PARTITION BY board, window_id) AS percentile
-            FROM totals
+            FROM ranked
         ) TO '{out}' (FORMAT parquet, PARTITION_BY (board), COMPRESSION zstd)
     """
 
@@ -599,8 +603,8 @@ def _plain_statement(files: list[str], as_of: date, lake: Path, out: Path,
     peaks = MemoryPeaks(con)
     cpu = _cpu()
     began = time.perf_counter()
-    con.execute(_plain_sql({b.aggregation for b in registry.boards},
-                           any(b.ties == "earliest" for b in registry.boards), out),
+    con.execute(_plain_sql({(b.aggregation, b.ties == "earliest") for b in registry.boards},
+                           out),
                 {"files": files, "watermark": watermark_for(as_of)})
     wall, used = time.perf_counter() - began, _cpu() - cpu
     peaks.stop()
