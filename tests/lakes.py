@@ -14,8 +14,33 @@ from leaderboard.schema import TIMESTAMP
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
 
-__all__ = ["EXOTIC", "day", "land", "random_scores", "random_stream", "registry_from",
+__all__ = ["EVERY_KIND", "EXOTIC", "day", "land", "random_scores", "random_stream", "registry_from",
            "write_registry"]
+
+#: Every aggregation, both orders, both tie policies, two graces, windows per board, direct
+#: boards of min and sum: the registry engine parity and the bench's plain statement run on.
+EVERY_KIND = {
+    "regions": ["na", "eu", "asia"],
+    "modes": ["ranked", "casual"],
+    "limits": {"grace": "1d"},
+    "board_defaults": {"min_points": 0, "max_points": 100},
+    "boards": [
+        {"scope": "global"},
+        {"scope": "region:*"},
+        {"scope": "global", "name": "best", "aggregation": "max", "ties": "earliest"},
+        {"scope": "mode:*", "name": "low:*", "aggregation": "min", "order": "asc"},
+        {"scope": "mode:*", "name": "latest:*", "aggregation": "last",
+         "windows": ["daily", "weekly", "all-time"], "grace": "2h"},
+        {"scope": "region:na", "name": "fewest-na", "order": "asc", "ties": "earliest",
+         "windows": ["daily", "monthly", "season", "all-time"]},
+        # Direct boards (scores submitted to them; the generated season has some of each).
+        {"name": "best-lap", "source": "direct", "aggregation": "min", "order": "asc",
+         "ties": "earliest", "windows": ["daily", "weekly", "all-time"], "min_points": 1,
+         "max_points": 100000},
+        {"name": "coins", "source": "direct", "windows": ["daily", "all-time"],
+         "min_points": -5, "max_points": 50},
+    ],
+}
 
 #: A registry exercising every aggregation, both orders, both tie policies, custom windows
 #: and a short grace.

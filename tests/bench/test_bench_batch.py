@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from lakes import write_registry
+from lakes import EVERY_KIND, write_registry
 
 from app.generate import GenerateSpec
 from app.season import generate_season
@@ -26,28 +26,7 @@ from leaderboard.lake import landed_files
 from leaderboard.registry import load_registry, parse_registry
 from leaderboard.settings import Settings
 
-#: Every aggregation, both orders, both tie policies, two graces, direct boards of min and sum.
-REGISTRY = {
-    "regions": ["na", "eu", "asia"],
-    "modes": ["ranked", "casual"],
-    "limits": {"grace": "1d"},
-    "board_defaults": {"min_points": 0, "max_points": 100},
-    "boards": [
-        {"scope": "global"},
-        {"scope": "region:*"},
-        {"scope": "global", "name": "best", "aggregation": "max", "ties": "earliest"},
-        {"scope": "mode:*", "name": "low:*", "aggregation": "min", "order": "asc"},
-        {"scope": "mode:*", "name": "latest:*", "aggregation": "last",
-         "windows": ["daily", "weekly", "all-time"], "grace": "2h"},
-        {"scope": "region:na", "name": "fewest-na", "order": "asc", "ties": "earliest",
-         "windows": ["daily", "monthly", "season", "all-time"]},
-        {"name": "best-lap", "source": "direct", "aggregation": "min", "order": "asc",
-         "ties": "earliest", "windows": ["daily", "weekly", "all-time"], "min_points": 1,
-         "max_points": 100000},
-        {"name": "coins", "source": "direct", "windows": ["daily", "all-time"],
-         "min_points": -5, "max_points": 50},
-    ],
-}
+REGISTRY = EVERY_KIND
 START = date(2026, 11, 26)
 DAYS = 4
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from lakes import land, registry_from, write_registry
+from lakes import EVERY_KIND, land, registry_from, write_registry
 from strategies import limit_registry_raws, limit_worlds
 
 from app.football import football_events
@@ -43,29 +43,7 @@ from speed_layer.ingest import Ingestor
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
 
-#: Every aggregation, both orders, both tie policies, two graces, windows per board.
-PARITY = {
-    "regions": ["na", "eu", "asia"],
-    "modes": ["ranked", "casual"],
-    "limits": {"grace": "1d"},
-    "board_defaults": {"min_points": 0, "max_points": 100},
-    "boards": [
-        {"scope": "global"},
-        {"scope": "region:*"},
-        {"scope": "global", "name": "best", "aggregation": "max", "ties": "earliest"},
-        {"scope": "mode:*", "name": "low:*", "aggregation": "min", "order": "asc"},
-        {"scope": "mode:*", "name": "latest:*", "aggregation": "last",
-         "windows": ["daily", "weekly", "all-time"], "grace": "2h"},
-        {"scope": "region:na", "name": "fewest-na", "order": "asc", "ties": "earliest",
-         "windows": ["daily", "monthly", "season", "all-time"]},
-        # Direct boards (scores submitted to them; the generated season has some of each).
-        {"name": "best-lap", "source": "direct", "aggregation": "min", "order": "asc",
-         "ties": "earliest", "windows": ["daily", "weekly", "all-time"], "min_points": 1,
-         "max_points": 100000},
-        {"name": "coins", "source": "direct", "windows": ["daily", "all-time"],
-         "min_points": -5, "max_points": 50},
-    ],
-}
+PARITY = EVERY_KIND
 START = date(2026, 11, 26)
 DAYS = 4
 

@@ -227,6 +227,12 @@ def test_a_void_keeps_a_direct_score_sharing_a_match_id_with_the_players_event(w
     assert_served_as_reference(lake, registry, redis_client)
 
 
+def _row(match: str, player: str, points: int, at: str) -> dict:
+    """One ranked match event in na, landed at its own time."""
+    return {"match_id": match, "player_id": player, "points": points, "event_time": day(at),
+            "region": "na", "mode": "ranked", "server_id": "s1", "ingested_at": day(at)}
+
+
 def test_a_void_applied_before_the_first_retention_stays_applied(world, redis_client):
     """The first retention ends full recomputes (a full one would miss the deleted events),
     so a void the live batch version had not applied yet could never reach the batch: the
@@ -235,14 +241,9 @@ def test_a_void_applied_before_the_first_retention_stays_applied(world, redis_cl
     Retention waits until the live version has every void in the lake."""
     lake, registry, speed, settings = world
 
-    def row(match: str, player: str, points: int, at: str) -> dict:
-        return {"match_id": match, "player_id": player, "points": points,
-                "event_time": day(at), "region": "na", "mode": "ranked", "server_id": "s1",
-                "ingested_at": day(at)}
-
-    ingest(speed, lake, registry, [row("m-old", "ann", 2, "2026-11-26T10:00:00"),
-                                   row("m-bad", "dee", 5, "2026-11-27T10:00:00"),
-                                   row("m-ok", "ann", 1, "2026-11-27T11:00:00")])
+    ingest(speed, lake, registry, [_row("m-old", "ann", 2, "2026-11-26T10:00:00"),
+                                   _row("m-bad", "dee", 5, "2026-11-27T10:00:00"),
+                                   _row("m-ok", "ann", 1, "2026-11-27T11:00:00")])
     speed.rebase(run_batch(settings, date(2026, 11, 27)).manifest)
     served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-28T12:00:00"))
 
@@ -334,17 +335,12 @@ def test_a_void_does_not_bring_back_the_history_of_a_player_unbanned_across_the_
     it: 7 served, not 2."""
     lake, registry, speed, settings = world
 
-    def row(match: str, player: str, points: int, at: str) -> dict:
-        return {"match_id": match, "player_id": player, "points": points,
-                "event_time": day(at), "region": "na", "mode": "ranked", "server_id": "s1",
-                "ingested_at": day(at)}
-
-    ingest(speed, lake, registry, [row("m1", "p", 5, "2026-11-28T09:00:00"),
-                                   row("m1", "q", 1, "2026-11-28T09:00:00"),
-                                   row("m2", "p", 3, "2026-11-28T10:00:00")])
+    ingest(speed, lake, registry, [_row("m1", "p", 5, "2026-11-28T09:00:00"),
+                                   _row("m1", "q", 1, "2026-11-28T09:00:00"),
+                                   _row("m2", "p", 3, "2026-11-28T10:00:00")])
     speed.ban("p", day("2026-11-28T12:00:00"))
     speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)
-    ingest(speed, lake, registry, [row("m3", "p", 2, "2026-11-29T09:00:00")], writer="x")
+    ingest(speed, lake, registry, [_row("m3", "p", 2, "2026-11-29T09:00:00")], writer="x")
     speed.void("m2", "p", day("2026-11-29T10:00:00"), "wrong score")
     speed.unban("p", day("2026-11-29T11:00:00"))
     served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-30T12:00:00"))
