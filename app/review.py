@@ -76,11 +76,13 @@ def render_page(answer: dict[str, Any]) -> Any:
                         "ingested_at)", title_justify="left", box=box.SIMPLE)
     table.add_column("id", no_wrap=True)
     table.add_column("reason", no_wrap=True)
+    table.add_column("board", no_wrap=True)  # a direct score's (a match event's has none)
     for column in ("player_id", "match_id", "points", "released"):
         table.add_column(column, overflow="fold")
     for row in answer["rows"]:
-        table.add_row(row["id"], row["reason"], row["player_id"] or "", row["match_id"] or "",
-                      row["points"] or "", "yes" if row["released"] else "")
+        table.add_row(row["id"], row["reason"], row["board"] or "", row["player_id"] or "",
+                      row["match_id"] or "", row["points"] or "",
+                      "yes" if row["released"] else "")
     if answer["next_cursor"]:
         table.caption = f"more: --cursor {answer['next_cursor']}"
     return table

@@ -51,7 +51,7 @@ from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["QUARANTINE_ID_PATTERN", "RELEASE_WRITER", "QuarantineRow", "Release",
            "StaleCursor", "find_rows", "list_quarantine", "parse_quarantine_id", "read_releases",
-           "released_at", "released_ids", "row_key", "write_release"]
+           "released_at", "released_ids", "row_key", "rows_in", "write_release"]
 
 #: The id of a quarantined row (see the module docstring).
 QUARANTINE_ID_PATTERN = (r"^\d{4}-\d{2}-\d{2}\.[a-z0-9_]{1,32}\.\d{1,12}\.\d{1,9}\."
@@ -139,6 +139,12 @@ def _rows_of(found: LandedFile, columns: dict[str, list[Any]],
             source=columns["source"][row], ingested_at=to_utc(columns["ingested_at"][row]),
             fingerprint=_row_digest(columns, row, 8),
             board=columns["board"][row] if "board" in columns else None)
+
+
+def rows_in(found: LandedFile) -> list[QuarantineRow]:
+    """Every row of one quarantine file, in file order (e.g. the file a writer just wrote)."""
+    columns = _columns(pq.read_table(found.path))
+    return list(_rows_of(found, columns, range(len(columns["reason"]))))
 
 
 class StaleCursor(ValueError):

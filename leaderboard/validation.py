@@ -74,7 +74,10 @@ def id_problem(value: str, what: str = "player id") -> str | None:
     return f"{what} {_shown(value)} must be {ID_RULE}"
 
 
-#: Every reason code a rejected row can carry, in the order the checks run.
+#: Every reason code a quarantined row can carry (validation's in the order its checks run,
+#: then those decided elsewhere): the one list the OpenAPI enum of `GET
+#: /v1/admin/quarantine?reason=`, the CLI's `--reason` choices, the console's filter and the
+#: README.s table come from (tests/app/test_review.py checks the README).
 REASONS: dict[str, str] = {
     "unparseable": "a line or record of the input file could not be parsed",
     "missing_field": "a required field is absent or null",
@@ -95,6 +98,15 @@ REASONS: dict[str, str] = {
     "implausible_rate": "the player sent more events in one landing minute than "
                         "limits.player_events_per_minute; held for review (release it with "
                         "`leaderboard quarantine release`)",
+    # Decided by a score submission's route (app/http/routers/scores.py), before validation.
+    "bad_score": "a score submission's body is not one JSON object",
+    "score_and_delta": "a score submission carries both `score` and `delta`",
+    "score_expected": "a `delta` sent to a max, min or last board (it takes `score`)",
+    "delta_expected": "a `score` sent to a sum board (it takes `delta`)",
+    # Decided by a release (speed_layer.review): the row's board left the registry.
+    "unknown_board": "a direct score's board is no longer a direct board of the registry "
+                     "(a released score whose board was removed or turned into a match-event "
+                     "board; release it again once the board is back)",
 }
 
 #: What validate_events returns as `rejected`: the quarantine before landing stamps it.

@@ -17,6 +17,10 @@ Once, whatever the timing:
   never landed; they land without a new claim. Any other row passes the door like an
   ingest: if the same event was accepted meanwhile (a corrected resend), it is a
   `duplicate` and nothing lands.
+
+A score whose board is no longer a direct board of the registry cannot land: it is
+quarantined again with reason `unknown_board` and its old row marked released
+(`_requarantine`), so it is never lost and the listing finds it under the reason that holds.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from leaderboard.quarantine import (
     find_rows,
     released_at,
     released_ids,
+    rows_in,
     write_release,
 )
 from leaderboard.schema import INPUT_FIELDS
@@ -49,7 +54,10 @@ from leaderboard.validation import Validated, validate_events, validate_scores
 from speed_layer.rate import IMPLAUSIBLE_RATE
 from speed_layer.service import SpeedLayer
 
-__all__ = ["RELEASE_STATUSES", "Outcome", "ReleaseBusy", "release_rows"]
+__all__ = ["RELEASE_STATUSES", "UNKNOWN_BOARD", "Outcome", "ReleaseBusy", "release_rows"]
+
+#: The reason of a released score whose board is no longer a direct board of the registry.
+UNKNOWN_BOARD = "unknown_board"
 
 #: What a release answers per id.
 RELEASE_STATUSES = {
@@ -162,10 +170,7 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
     for board, group in sorted(groups.items(), key=lambda item: item[0] or ""):
         validated = _validated(speed, board, group, now)
         if isinstance(validated, str):
-            for row in group:
-                outcomes[row.id] = Outcome(row.id, "rejected",
-                                           f"{validated}; it stays in the quarantine",
-                                           "unknown_board")
+            _requarantine(speed, writer, group, validated, now, outcomes)
             continue
         failed = set(validated.rejected_rows.tolist())
         for k, reason, detail in zip(validated.rejected_rows.tolist(),
@@ -238,6 +243,39 @@ def _land(speed: SpeedLayer, writer: LandingWriter, todo: list[QuarantineRow], n
     except redis.RedisError as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def _requarantine(speed: SpeedLayer, writer: LandingWriter, group: list[QuarantineRow],
+                  why: str, now: datetime, outcomes: dict[str, Outcome]) -> None:
+    """Scores whose board is no longer a direct board: quarantined again with reason
+    `unknown_board` (so `?reason=unknown_board` finds them) and the old rows marked released
+    in the ledger, so each such score is listed once under the reason that holds now. The
+    new rows are written before the ledger entry: a crash between leaves the score listed
+    twice (a release of either lands it once: the door), never lost. A row already of that
+    reason stays where it is."""
+    moving = [row for row in group if row.reason != UNKNOWN_BOARD]
+    for row in group:
+        if row.reason == UNKNOWN_BOARD:
+            outcomes[row.id] = Outcome(row.id, "rejected", f"{why}; it stays in the quarantine",
+                                       UNKNOWN_BOARD)
+    if not moving:
+        return
+    table = pa.table({
+        **{name: pa.array([r.values[name] for r in moving], pa.string())
+           for name in INPUT_FIELDS},
+        "reason": pa.array([UNKNOWN_BOARD] * len(moving), pa.string()),
+        "detail": pa.array([why] * len(moving), pa.string()),
+        "source": pa.array([f"release:{RELEASE_WRITER}"] * len(moving), pa.string()),
+        "board": pa.array([r.board for r in moving], pa.string())})
+    files = writer.quarantine(table, now)
+    # Marked landed at once: no events file backs it (its seq is the new rows' file's).
+    write_release(speed.lake, Release(files[0].seq, now, tuple(r.id for r in moving), True,
+                                      tuple(r.key for r in moving)))
+    for row, new in zip(moving, [r for f in files for r in rows_in(f)], strict=True):
+        outcomes[row.id] = Outcome(row.id, "rejected",
+                                   f"{why}; quarantined again as {new.id} with reason "
+                                   f"{UNKNOWN_BOARD} (release that row once the board is back)",
+                                   UNKNOWN_BOARD)
 
 
 def _identities(table: pa.Table) -> set[tuple[str | None, ...]]:

@@ -268,7 +268,8 @@ def _review_section() -> str:
     """Quarantined rows listed by reason, and a release of the ones ticked (admin key)."""
     from leaderboard.validation import REASONS
 
-    options = "".join(f'<option value="{_e(r)}">{_e(r)}</option>' for r in sorted(REASONS))
+    options = "".join(f'<option value="{_e(r)}" title="{_e(REASONS[r])}">{_e(r)}</option>'
+                      for r in sorted(REASONS))
     return (
         '<section><h2>Quarantine review</h2><form id="review" class="search" '
         'autocomplete="off"><label>Reason <select id="review-reason"><option value="">any'

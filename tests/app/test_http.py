@@ -890,6 +890,11 @@ def test_a_refused_score_says_why(world, board, body, status, error, says):
     assert says in answer.json()["message"]
     if status == 422:  # kept with its reason, as a refused event row is
         assert [r["reason"] for r in _lake_rows(world.lake, "quarantine")] == [error]
+        # ... and with its board, found by that reason (regression: the route's own codes,
+        # e.g. score_expected, were no `reason=` choice, and their rows had no board).
+        listed = world.client.get("/v1/admin/quarantine", params={"reason": error},
+                                  headers={"X-Admin-Key": ADMIN})
+        assert [r["board"] for r in listed.json()["rows"]] == ["best-lap"], listed.text
     assert not [r for r in _lake_rows(world.lake) if r["board"]]
 
 

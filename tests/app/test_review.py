@@ -61,6 +61,9 @@ def test_a_held_score_is_released_from_the_cli(data, capsys):
     assert main(["quarantine", "list", "--reason", "implausible_rate", "--json"]) == 0
     row = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["board"])
     assert (row["board"], row["match_id"]) == ("best-lap", "lap-1")
+    # The table shows the board too (regression: it had no board column).
+    assert main(["quarantine", "list", "--reason", "implausible_rate"]) == 0
+    assert "best-lap" in capsys.readouterr().out
     assert main(["quarantine", "release", row["id"], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["status"] == "released"
     assert main(["rank", "best-lap", "zoe", "--json"]) == 0
@@ -84,3 +87,26 @@ def test_a_stale_cursor_is_refused_with_what_to_do(data, capsys):
     capsys.readouterr()
     assert main(["quarantine", "list", "--cursor", cursor]) == 2
     assert "list again without a cursor" in capsys.readouterr().err
+
+
+def test_every_reason_is_in_the_readme_the_openapi_and_the_cli(data, capsys):
+    """One list of reasons (leaderboard.validation.REASONS): the README's table, the OpenAPI
+    enum of `reason=` and the CLI's `--reason` choices are exactly it (regression: the
+    README listed none, and `unknown_board` and the score route's codes were no choice)."""
+    import re
+    import typing
+    from pathlib import Path
+
+    from app.http.routers.quarantine import Reason
+    from leaderboard.validation import REASONS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("**Quarantine reasons.**", 1)[1].split("\n\n", 2)[1]
+    assert re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE) == list(REASONS)
+    assert set(typing.get_args(Reason)) == set(REASONS)
+    for reason in ("unknown_board", "score_expected", "implausible_rate", "erased"):
+        assert main(["quarantine", "list", "--reason", reason, "--json"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["quarantine", "list", "--reason", "no_such_reason"])
+    assert "unknown_board" in capsys.readouterr().err  # the choices are listed

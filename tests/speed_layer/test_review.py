@@ -294,3 +294,41 @@ def test_a_refused_score_is_validated_again_as_a_score_to_its_board(tmp_path, re
     [outcome], _ = release_rows(speed, [row.id], LATER + timedelta(minutes=1))
     assert outcome.status == "released", outcome
     assert _laps(settings, redis_client) == [("bob", 650)]
+
+
+def test_a_score_whose_board_left_the_registry_is_quarantined_as_unknown_board(
+        tmp_path, redis_client):
+    """Regression (issue 12: `unknown_board` was only an answer of the release, the score
+    stayed listed under its old reason, so `?reason=unknown_board` never found it): released
+    after its board left the registry, a score is quarantined again with reason
+    `unknown_board` (the old row marked released), never lost; released again while the
+    board is still gone it stays put; once the board is back it lands there once."""
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    report = _scores(settings, speed, [("lap-7", "cy", 640)], played=NOW + timedelta(hours=1))
+    assert report.reasons == {"event_time_in_future": 1}
+    [row], _ = list_quarantine(settings.lake_dir)
+    text = _registry_file(tmp_path, 2).read_text()
+    without = tmp_path / "without-best-lap.toml"
+    without.write_text(text.replace('name = "best-lap"', 'name = "best-lap-2"'))
+    gone = Settings.from_env({"LEADERBOARD_DATA": str(settings.data_dir),
+                              "LEADERBOARD_CONFIG": str(without)})
+    other = SpeedLayer(redis_client, gone.registry, gone.lake_dir)
+
+    [outcome], _ = release_rows(other, [row.id], LATER + timedelta(minutes=1))
+    assert (outcome.status, outcome.reason) == ("rejected", "unknown_board")
+    [moved], _ = list_quarantine(settings.lake_dir, reason="unknown_board")
+    assert moved.id in outcome.detail
+    assert (moved.board, moved.values["match_id"], moved.values["points"]) == (
+        "best-lap", "lap-7", "640")
+    assert moved.values["event_time"] == row.values["event_time"]  # as sent
+    [again], _ = release_rows(other, [row.id], LATER + timedelta(minutes=1))
+    assert again.status == "already_released"
+    [stays], _ = release_rows(other, [moved.id], LATER + timedelta(minutes=2))
+    assert (stays.status, stays.reason) == ("rejected", "unknown_board")
+    assert len(list_quarantine(settings.lake_dir)[0]) == 2  # nothing more written
+
+    [landed], _ = release_rows(speed, [moved.id], LATER + timedelta(minutes=3))
+    assert landed.status == "released", landed
+    assert _laps(settings, redis_client) == [("cy", 640)]
+    assert _events(settings.lake_dir).count(("lap-7", "cy")) == 1

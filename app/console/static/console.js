@@ -669,12 +669,15 @@
       try {
         const page = await api("/v1/admin/quarantine?limit=50" +
                                (reason ? "&reason=" + enc(reason) : ""), { headers: admin() });
-        const head = h("tr", {}, ["", "id", "reason", "player", "match", "points", "released",
-                                  "detail"].map((t) => h("th", {}, t)));
+        // `board`: a direct score's board (a match event's row has none: "—").
+        const head = h("tr", {}, ["", "id", "reason", "board", "player", "match", "points",
+                                  "released", "detail"].map((t) => h("th", {}, t)));
         const lines = page.rows.map((r) => h("tr", {},
           h("td", {}, h("input", { type: "checkbox", "data-id": r.id, disabled: r.released,
                                    "aria-label": "release " + r.id })),
-          h("td", { class: "id" }, r.id), h("td", {}, r.reason), h("td", {}, r.player_id || ""),
+          h("td", { class: "id" }, r.id), h("td", {}, r.reason),
+          h("td", { class: r.board ? "board" : "board muted" }, r.board || "—"),
+          h("td", {}, r.player_id || ""),
           h("td", {}, r.match_id || ""), h("td", { class: "num" }, r.points || ""),
           h("td", {}, r.released ? "yes" : ""), h("td", { class: "muted" }, r.detail)));
         $("#review-rows").replaceChildren(h("thead", {}, head), h("tbody", {}, ...lines));

@@ -157,7 +157,10 @@ async def submit_score(
                                           source)
             quarantine = quarantine.set_column(quarantine.schema.get_field_index("reason"),
                                                "reason", pa.array([exc.code], pa.string()))
-            service.quarantine(quarantine)
+            # With its board, as every quarantined score: the listing shows it, and a
+            # release judges it as a score to that board.
+            service.quarantine(quarantine.append_column(
+                "board", pa.array([found.name], pa.string())))
         raise
     # A score is one event of the server's rate (429 with Retry-After, before anything lands).
     await run_in_threadpool(check_rate, service.client, keys, server_id, 1)

@@ -226,6 +226,23 @@ def test_distribution_ops_and_a_ban(server, browser, capsys):
     browser.find_element(By.ID, "review-release").click()
     _wait(browser, lambda d: "rejected (unknown_region)" in _text(d, "#review-result"), 5,
           "the release's answer per row")
+    # Regression (issue 12): the table showed no board, and the reasons decided outside
+    # validation (a score route's shape, a release's unknown_board) were no filter choice.
+    # A match event's row has no board; a direct score's names it.
+    assert [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#review-rows th")][2:4] \
+        == ["REASON", "BOARD"]  # as shown (CSS upper-cases the headers)
+    assert _text(browser, "#review-rows tbody td.board") == "—"
+    refused = httpx.post(f"{server.base}/v1/boards/best-lap/scores", headers={
+        "X-API-Key": server.keys.key}, json={"player_id": "p7", "match_id": "lap-x", "delta": 5})
+    assert refused.json()["error"] == "score_expected", refused.text
+    reasons = Select(browser.find_element(By.ID, "review-reason"))
+    assert {"unknown_board", "implausible_rate", "score_expected", "erased"} <= {
+        o.get_attribute("value") for o in reasons.options}
+    reasons.select_by_value("score_expected")
+    browser.find_element(By.CSS_SELECTOR, "#review button[type='submit']").click()
+    _wait(browser, lambda d: _text(d, "#review-rows tbody td.board") == "best-lap", 5,
+          "the refused score listed with its board")
+    assert "unknown_region" not in _text(browser, "#review-rows")
     _shot(browser, "ops", capsys)
     assert _severe(browser, expected="/v1/admin/bans - Failed to load resource: the server "
                                      "responded with a status of 403") == []
