@@ -24,6 +24,17 @@ Exceptions docs/design.md allows, stated here and nowhere else:
   base excludes (banned before W) who is unbanned after W is served with the events since W
   at once and the whole history from the next batch on.
 
+- *Erasure* (README, "Erasure"): an erased player leaves no trace: their events (landed,
+  held or voided), bans and voids are gone from every version and the live answers, the
+  others re-ranked exactly as if the player had never played; a later event of the id is
+  refused (reason `erased`).
+- *Implausible rates* (README, "Implausible rates (per player)"): with
+  `limits.player_events_per_minute = N`, a player's events past N in one landing minute
+  (fixed minutes of the landing clock, shared by every writer) are held in the quarantine
+  with reason `implausible_rate` and count nowhere; match events and direct scores count
+  alike; within a batch rows count in batch order; a retry dropped at the door and a
+  backfill do not count. `Model.admit` is that rule.
+
 A player's percentile is checked as docs/architecture.md keeps it (the share at or behind the
 player, the batch's column), not design.md's share strictly behind; `Answer` has both.
 """
@@ -112,6 +123,12 @@ class Model:
     watermark: datetime | None = None
     #: (match_id, player_id or None for every player, at) voids
     voids: list[tuple[str, str | None, datetime]] = field(default_factory=list)
+    #: erased players: no trace of them anywhere, their later events refused
+    erased: set[str] = field(default_factory=set)
+    #: rows held for rate (in the quarantine, counting nowhere): (match_id, player, board)
+    held: list[tuple[str, str, str | None]] = field(default_factory=list)
+    #: events counted against each (player, landing minute) by the rate rule
+    minute_counts: dict[tuple[str, int], int] = field(default_factory=dict)
 
     # -- history ---------------------------------------------------------------------------
 
@@ -123,6 +140,30 @@ class Model:
 
     def void(self, match_id: str, player_id: str | None, at: datetime) -> None:
         self.voids.append((match_id, player_id, at))
+
+    def erase(self, player: str) -> None:
+        """Every trace of the player goes: events, held rows, bans, voids of their result."""
+        self.erased.add(player)
+        self.landed = [e for e in self.landed if e.player_id != player]
+        self.held = [h for h in self.held if h[1] != player]
+        self.tombstones = [t for t in self.tombstones if t[0] != player]
+        self.voids = [v for v in self.voids if v[1] != player]
+
+    def admit(self, rows: list[tuple[str, str, str | None]], landed_at: datetime,
+              limit: int) -> list[bool]:
+        """Which rows (match_id, player_id, board) of one batch count (True) and which are
+        held for rate (False, recorded in `held`): each player's rows in batch order, up to
+        `limit` in the landing minute of `landed_at` with what counted there before."""
+        minute = int(landed_at.timestamp() // 60)
+        kept = []
+        for row in rows:
+            used = self.minute_counts.get((row[1], minute), 0)
+            kept.append(used < limit)
+            if used < limit:
+                self.minute_counts[(row[1], minute)] = used + 1
+            else:
+                self.held.append(row)
+        return kept
 
     def voided(self, event: Event, before: datetime | None = None) -> bool:
         """Whether a void (at < before; all if None) names the event."""

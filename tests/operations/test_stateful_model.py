@@ -45,12 +45,14 @@ from lakes import write_registry
 from operations.model import Answer, BoardSpec, Event, Model
 from strategies import operations_events
 
+from app.erasure import erase_player
 from jobs.batch import run_batch
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.retention import apply_retention
 from leaderboard import faults
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import read_current
+from leaderboard.quarantine import list_quarantine
 from leaderboard.registry import parse_registry
 from leaderboard.schema import TIMESTAMP
 from leaderboard.settings import Settings
@@ -94,6 +96,12 @@ BOARDS = (
     BoardSpec("latest", "mode:ranked", "last", "shared", timedelta(hours=6), ("all-time",)),
     BoardSpec("coins", "board:coins", "sum", "shared", timedelta(hours=6), ("all-time",)),
 )
+#: The per-player limit (events a landing minute) of the writers `c` and `d` (their registry
+#: sets it, as workers' would): the burst rule lands through them; `a` and `b` have none, so
+#: no other rule ever meets the limit.
+RATE_LIMIT = 3
+RATE_REGISTRY_RAW: dict[str, Any] = {
+    **REGISTRY_RAW, "limits": {**REGISTRY_RAW["limits"], "player_events_per_minute": RATE_LIMIT}}
 PLAYERS = ("ann", "bob", "cy", "dee", "eve")
 HORIZON = timedelta(hours=6)
 TOP_PERCENTS = (1, 34, 50, 100)
@@ -124,8 +132,9 @@ class _Writer:
     """One landing writer with its own speed layer and fault-injecting Redis client, as one
     HTTP worker or one CLI process has."""
 
-    def __init__(self, name: str, lake: Path, url: str) -> None:
-        registry = parse_registry(REGISTRY_RAW, source="test")
+    def __init__(self, name: str, lake: Path, url: str,
+                 raw: dict[str, Any] = REGISTRY_RAW) -> None:
+        registry = parse_registry(raw, source="test")
         self.client = FaultyRedis.wrapping(url)
         self.landing = LandingWriter(lake, name)
         self.speed = SpeedLayer(self.client, registry, lake)
@@ -152,6 +161,8 @@ class OperationsMachine(RuleBasedStateMachine):
         self.reader = redis.Redis.from_url(url, protocol=2)
         self.reader.flushall()
         self.writers = {name: _Writer(name, self.lake, url) for name in ("a", "b")}
+        self.writers |= {name: _Writer(name, self.lake, url, RATE_REGISTRY_RAW)
+                         for name in ("c", "d")}
         self.now = START
         self.model = Model(BOARDS)
         self.matches = 0
@@ -174,7 +185,12 @@ class OperationsMachine(RuleBasedStateMachine):
         rows = []
         for match in drawn:
             self.matches += 1
+            present = [player for player, _ in match["players"]]
             for player, points in match["players"]:
+                if player in self.model.erased:  # refused (the erase rule checks): another
+                    player = next((p for p in PLAYERS if p not in self.model.erased
+                                   and p not in present), "")  # one is left: <= 2 erased
+                    present.append(player)
                 rows.append({"match_id": f"m{self.matches}", "player_id": player,
                              "points": points, "region": match["region"],
                              "mode": match["mode"],
@@ -253,7 +269,8 @@ class OperationsMachine(RuleBasedStateMachine):
         rows = [{"match_id": match_id, "player_id": player, "points": delta, "board": "coins",
                  "event_time": self.now - timedelta(minutes=age_minutes)}
                 for player, delta in deltas
-                if (match_id, player, "coins") not in self.model.first_accepted()]
+                if (match_id, player, "coins") not in self.model.first_accepted()
+                and player not in self.model.erased]
         if not rows:
             return
         report = self._ingest(writer, rows)
@@ -395,6 +412,74 @@ class OperationsMachine(RuleBasedStateMachine):
         player = None if whole or ahead else event.player_id
         self.writers["a"].speed.void(match, player, self.now, "test")
         self.model.void(match, player, self.now)
+
+    @precondition(lambda self: len(self.model.erased) < 2 and bool(self.model.landed))
+    @rule(data=st.data(), writer=st.sampled_from(["a", "b"]))
+    def erase_a_player(self, data: st.DataObject, writer: str) -> None:
+        """Right to erasure through the product's erase function (what `DELETE
+        /v1/admin/players/{id}` and `leaderboard erase` run): every trace of a landed player
+        goes and the checker holds every query against the model without them; a later
+        event of the id is refused with reason `erased`, the row beside it lands. At most
+        two players are erased (the others' matches stand in for them from then on)."""
+        STATS["erase_a_player"] += 1
+        player = data.draw(st.sampled_from(sorted({e.player_id for e in self.model.landed})))
+        settings = Settings.from_env({"LEADERBOARD_DATA": str(self.settings.data_dir),
+                                      "LEADERBOARD_CONFIG": str(self.tmp / "registry.toml"),
+                                      "LEADERBOARD_NOW": self.now.isoformat()})
+        answer = erase_player(settings, self.writers["a"].speed, player)
+        assert answer["status"] == "erased", answer
+        self.model.erase(player)
+        other = next(p for p in PLAYERS if p not in self.model.erased)
+        self.matches += 1
+        rows = [{"match_id": f"m{self.matches}", "player_id": who, "points": 2, "region": "na",
+                 "mode": "ranked", "event_time": self.now} for who in (player, other)]
+        report = self._ingest(writer, rows)
+        assert (report.accepted, dict(report.reasons)) == (1, {"erased": 1}), report.as_dict()
+        self._landed(rows[1:])
+
+    @rule(data=st.data(), mate=st.booleans(),
+          batches=st.lists(st.tuples(st.sampled_from(["c", "d"]), st.booleans(),
+                                     st.integers(1, 4)), min_size=1, max_size=3))
+    def burst_over_the_players_minute(self, data: st.DataObject, mate: bool,
+                                      batches: list[tuple[str, bool, int]]) -> None:
+        """One player's burst of match events and `coins` scores (a batch is one or the
+        other) at the writers `c` and `d`, which share the limit's minute: the model's rule
+        (`Model.admit`, from the README) says which rows count; the rest are in the
+        quarantine with reason `implausible_rate`, exactly, and count nowhere; a retry of a
+        held row is a retry. The burst has a landing minute of its own (the clock moves a
+        minute before and after it)."""
+        STATS["burst_over_the_players_minute"] += 1
+        player = data.draw(st.sampled_from([p for p in PLAYERS if p not in self.model.erased]))
+        other = next(p for p in PLAYERS if p != player and p not in self.model.erased)
+        self.now += timedelta(minutes=1)
+        held: list[dict[str, Any]] = []
+        for writer, scores, size in batches:
+            rows: list[dict[str, Any]] = []
+            for k in range(size):
+                self.matches += 1
+                row = {"match_id": f"m{self.matches}", "player_id": player, "points": 1 + k,
+                       "event_time": self.now}
+                if scores:
+                    rows.append({**row, "board": "coins"})
+                else:
+                    rows.append({**row, "region": "na", "mode": "ranked"})
+                    if mate and k == 0:  # the match's other player counts in their minute
+                        rows.append({**rows[-1], "player_id": other})
+            kept = self.model.admit([(r["match_id"], r["player_id"], r.get("board"))
+                                     for r in rows], self.now, RATE_LIMIT)
+            report = self._ingest(writer, rows)
+            count = kept.count(False)
+            assert (report.accepted, report.rejected, report.reasons["implausible_rate"]) == (
+                len(rows) - count, count, count), (kept, report.as_dict())
+            self._landed([r for r, counts in zip(rows, kept, strict=True) if counts])
+            held += [r for r, counts in zip(rows, kept, strict=True) if not counts]
+        found, _ = list_quarantine(self.lake, reason="implausible_rate", limit=100_000)
+        assert sorted((r.values["match_id"], r.values["player_id"], r.board or "")
+                      for r in found) == sorted((m, p, b or "") for m, p, b in self.model.held)
+        if held:
+            retry = self._ingest(data.draw(st.sampled_from(["a", "b", "c", "d"])), held[-1:])
+            assert (retry.accepted, retry.retries) == (0, 1), retry.as_dict()
+        self.now += timedelta(minutes=1)
 
     # -- nights ----------------------------------------------------------------------------
 
