@@ -23,6 +23,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -167,6 +169,7 @@ class OperationsMachine(RuleBasedStateMachine):
         self.model = Model(BOARDS)
         self.matches = 0
         self.steps = 0
+        self.unchanged = False  # the last step left the last checked state as it was
         # The pointer is read once per check (a server reuses it for a second the same way).
         self.served = Leaderboards(self.lake, self.registry, self.reader, now=lambda: self.now,
                                    pointer_ttl=3600.0)
@@ -550,23 +553,43 @@ class OperationsMachine(RuleBasedStateMachine):
     @rule()
     def compaction_night(self) -> None:
         STATS["compaction_night"] += 1
-        live = read_current(self.lake)
-        pointer = self.writers["a"].speed.current()
-        speed = SpeedWatermark(present=True, watermark=pointer.watermark,
-                               version=pointer.version)
-        for day in sorted({f.ingest_date for f in landed_files(self.lake)}):
-            if live is not None and day <= live.as_of_date:
-                compact_partition(self.lake, day, speed=speed, small_rows=1000)
+        with self._night():
+            live = read_current(self.lake)
+            pointer = self.writers["a"].speed.current()
+            speed = SpeedWatermark(present=True, watermark=pointer.watermark,
+                                   version=pointer.version)
+            for day in sorted({f.ingest_date for f in landed_files(self.lake)}):
+                if live is not None and day <= live.as_of_date:
+                    compact_partition(self.lake, day, speed=speed, small_rows=1000)
 
     @rule()
     def retention_night(self) -> None:
         """Also after voids: the first deletion waits until the live batch version holds
         every void (jobs.retention), so no void applied before it is lost."""
         STATS["retention_night"] += 1
-        pointer = self.writers["a"].speed.current()
-        apply_retention(self.lake, self.now.date(), self.registry.retention_days,
-                        speed=SpeedWatermark(present=True, watermark=pointer.watermark,
-                                             version=pointer.version))
+        with self._night():
+            pointer = self.writers["a"].speed.current()
+            apply_retention(self.lake, self.now.date(), self.registry.retention_days,
+                            speed=SpeedWatermark(present=True, watermark=pointer.watermark,
+                                                 version=pointer.version))
+
+    @contextmanager
+    def _night(self) -> Iterator[None]:
+        """A night job that changed no file of the data directory and wrote nothing to Redis
+        (its dirty counter, every write since the server started, is the same) leaves the
+        state the last check saw: the clock and the model are not the night's to change. The
+        next check would ask the same questions of the same state, so it is skipped. Nearly
+        every compaction and retention night is one (~a fifth of all steps, CI time)."""
+        before = self._fingerprint()
+        yield
+        self.unchanged = self._fingerprint() == before
+
+    def _fingerprint(self) -> tuple[int, list[tuple[str, int, int, int]]]:
+        files = []
+        for path in sorted(self.settings.data_dir.rglob("*")):
+            found = path.stat()
+            files.append((str(path), found.st_ino, found.st_size, found.st_mtime_ns))
+        return int(self.reader.info("persistence")["rdb_changes_since_last_save"]), files
 
     # -- the nemesis -----------------------------------------------------------------------
 
@@ -668,6 +691,10 @@ class OperationsMachine(RuleBasedStateMachine):
 
     @invariant()
     def merged_answers_equal_the_model(self) -> None:
+        if self.unchanged:  # see _night
+            self.unchanged = False
+            STATS["checks_of_an_unchanged_state_skipped"] += 1
+            return
         STATS["checks"] += 1
         self.steps += 1
         check_answers(self.served, self.model, self.now, self.steps)
