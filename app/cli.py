@@ -404,15 +404,19 @@ def _cmd_void(args: argparse.Namespace) -> int:
     if args.player is not None:
         _player(args.player)
     speed = _require_speed(settings)
-    players = speed.void(args.match, args.player, settings.now(), args.reason)
+    applied = speed.void_applied(args.match, args.player, settings.now(), args.reason)
+    players, limit = applied.players, applied.limit
     if args.json:
         print(json.dumps({"match_id": args.match, "player_id": args.player,
-                          "status": "voided", "players": players}))
+                          "status": "voided", "players": players,
+                          "not_removed": None if limit is None else limit.as_dict()}))
     else:
         whose = f"{args.player}'s result in " if args.player else ""
         out.print(f"voided {whose}match {args.match}: {len(players)} player(s) recomputed on "
-                  "the live boards" + ("" if players else
+                  "the live boards" + ("" if players or limit is not None else
                                        " (not landed yet: its events will not count)"))
+        if limit is not None:
+            out.print(limit.message())
     return 0
 
 

@@ -491,6 +491,11 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
                 say("voids changed, but retention deleted raw events of "
                     f"{', '.join(d.isoformat() for d in revoid.beyond)}: the base's rows of "
                     "those dates stand (README: Voids)")
+            for void in revoid.unseen:
+                say(f"void of {void.describe()} names no raw event still in the lake: "
+                    "retention deleted its events (their results stay in the standings, "
+                    "README: Voids) or its match has not landed (it will not count when it "
+                    "does)")
             if revoid.dates:
                 say("voids changed: recomputing the rollups of "
                     f"{', '.join(d.isoformat() for d in revoid.dates)} from raw events")

@@ -36,6 +36,7 @@ from leaderboard.lake import (
     stamp_range,
 )
 from leaderboard.manifest import Manifest, read_current
+from leaderboard.retained import RETENTION_LEDGER, deleted_through
 from leaderboard.settings import Settings
 from leaderboard.timeutil import format_instant
 from leaderboard.voids import read_voids, voids_before, voids_digest
@@ -53,8 +54,8 @@ __all__ = [
     "stale_speed_tags",
 ]
 
-#: The ledger of deleted partitions, under the lake dir.
-LEDGER = "retention.json"
+#: The ledger of deleted partitions, under the lake dir (leaderboard.retained).
+LEDGER = RETENTION_LEDGER
 
 Say = Callable[[str], None]
 
@@ -114,15 +115,6 @@ def stale_speed_tags(keys: Iterable[bytes | str], live_tag: str) -> set[str]:
 
 
 # -- I/O ------------------------------------------------------------------------------------
-
-def deleted_through(lake: Path) -> date | None:
-    """The newest raw-event partition retention deleted (None: never)."""
-    try:
-        ledger = json.loads((lake / LEDGER).read_text())
-    except FileNotFoundError:
-        return None
-    return date.fromisoformat(ledger["deleted_through"])
-
 
 def _note_deleted(lake: Path, days: list[date]) -> None:
     path = lake / LEDGER

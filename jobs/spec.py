@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from leaderboard.calendar import ALL_TIME, WINDOW_KINDS
+from leaderboard.lateness import LatenessBit, lateness_bits
 from leaderboard.registry import Registry
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import duration_us
@@ -92,25 +93,6 @@ HISTOGRAM_SCHEMA = pa.schema([
     ("upper", pa.float64()), ("players", pa.int64()), ("rank_from", pa.int64()),
     ("rank_to", pa.int64()),
 ])
-
-
-@dataclass(frozen=True)
-class LatenessBit:
-    """Bit `bit` of a rollup row's mask: its events count for windows of `kind` under `grace`."""
-
-    bit: int
-    kind: str
-    grace_us: int
-
-
-def lateness_bits(registry: Registry) -> list[LatenessBit]:
-    """One bit per distinct (window kind, grace) of the registry; all-time needs none."""
-    pairs = sorted({(kind, duration_us(board.grace))
-                    for board in registry.boards for kind in board.windows if kind != ALL_TIME},
-                   key=lambda p: (WINDOW_KINDS.index(p[0]), p[1]))
-    if len(pairs) > 62:
-        raise ValueError("more than 62 distinct (window, grace) pairs; simplify the registry")
-    return [LatenessBit(i, kind, grace) for i, (kind, grace) in enumerate(pairs)]
 
 
 def _day_ids(prefix: str, days: np.ndarray) -> np.ndarray:

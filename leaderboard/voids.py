@@ -14,7 +14,7 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,8 +25,8 @@ from leaderboard.lake import atomic_write_parquet
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import to_utc
 
-__all__ = ["ALL_PLAYERS", "VOID_SCHEMA", "Void", "VoidIndex", "read_voids", "voids_before",
-           "voids_digest", "voids_dir", "write_void"]
+__all__ = ["ALL_PLAYERS", "VOID_SCHEMA", "Void", "VoidIndex", "VoidLimit", "read_voids",
+           "voids_before", "voids_digest", "voids_dir", "write_void"]
 
 VOID_SCHEMA = pa.schema([
     pa.field("match_id", pa.string(), nullable=False),
@@ -46,9 +46,51 @@ class Void:
     reason: str
     at: datetime
 
+    def describe(self) -> str:
+        """The void's target for a sentence: `match M` or `P's result in match M`."""
+        if self.player_id is None:
+            return f"match {self.match_id}"
+        return f"{self.player_id}'s result in match {self.match_id}"
+
     def as_dict(self) -> dict[str, object]:
         return {"match_id": self.match_id, "player_id": self.player_id, "reason": self.reason,
                 "at": self.at.isoformat().replace("+00:00", "Z")}
+
+
+@dataclass(frozen=True)
+class VoidLimit:
+    """What a void could not remove, after retention deleted raw events: the results the
+    live batch version counted on event dates at or before the safe line
+    (`leaderboard.retained.kept_after`), or, when no raw row of the void is left at all,
+    whatever results it may have had there. Neither layer can recompute those dates without
+    their raw events, so such results keep counting in every window they fell in (the
+    published standings, the live boards and every later version)."""
+
+    void: Void
+    line: date  # the safe line: raw events of later event dates are all kept
+    kept: tuple[tuple[str, date], ...]  # (player_id, event_date) of the results that stay
+    unseen: bool  # no raw row of the void is left in the lake
+
+    def message(self) -> str:
+        """The plain sentence an operator reads (CLI, HTTP)."""
+        if self.unseen:
+            return (f"No raw event of {self.void.describe()} is left in the lake. If it was "
+                    f"played on or before {self.line.isoformat()}, retention deleted its raw "
+                    "events: its results still count on every board and window they fell in, "
+                    "and neither the live boards nor any later batch can remove them. If it "
+                    "has not landed yet, its events will not count when they land.")
+        results = ", ".join(f"{p} ({d.isoformat()})" for p, d in self.kept)
+        return (f"{len(self.kept)} result(s) of {self.void.describe()} could not be removed: "
+                f"{results}. Retention deleted raw events of event dates on or before "
+                f"{self.line.isoformat()}, so neither the live boards nor any later batch can "
+                "recompute them: they still count on every board and window they fell in. "
+                "Results of later dates are removed.")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"line": self.line.isoformat(), "unseen": self.unseen,
+                "results": [{"player_id": p, "event_date": d.isoformat()}
+                            for p, d in self.kept],
+                "message": self.message()}
 
 
 def voids_dir(lake: Path) -> Path:

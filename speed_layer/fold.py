@@ -53,8 +53,8 @@ from leaderboard.timeutil import duration_us, epoch_us
 from leaderboard.voids import VoidIndex
 
 __all__ = ["FOLD_SCRIPT", "KEPT_BASES", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
-           "ScriptPipeline", "Update", "identities", "plan_updates", "predecessors",
-           "value_fields"]
+           "ScriptPipeline", "Update", "identities", "mark_time", "plan_updates",
+           "predecessors", "value_fields"]
 
 _US_PER_DAY = 86_400_000_000
 
@@ -66,7 +66,7 @@ _US_PER_DAY = 86_400_000_000
 #: Values (see `value_fields`): sum with shared ties: sort-key delta (points delta times the
 #: sign, so the script hands the text to ZINCRBY as is); sum with earliest ties:
 #: delta, t of the latest event; max|min: best points, its t; last: points, event time (us,
-#: as 20 characters that order as text like the numbers, see `_mark_time`), match_id, t.
+#: as 20 characters that order as text like the numbers, see `mark_time`), match_id, t.
 #: t counts the board-window's time unit (registry.layout). A sum saturates at the key's
 #: exact limit (+-(2^53 - 1), or 2^53 / 2^time_bits - 1 with earliest ties), as in the batch.
 FOLD_SCRIPT = """
@@ -515,13 +515,13 @@ def _ranked(board: Board, window: Window, bits: int, chunk: pa.Table) -> Update:
     columns = {"points": _text(grouped.column("points_first").combine_chunks()),
                "t": _text(grouped.column("t_first").combine_chunks())}
     if board.aggregation == "last":
-        columns["us"] = _mark_time(grouped.column("us_first").combine_chunks())
+        columns["us"] = mark_time(grouped.column("us_first").combine_chunks())
         columns["match"] = grouped.column("match_first").combine_chunks()
     return Update(board, window, bits, grouped.column("player").combine_chunks(),
                   [columns[name] for name in value_fields(board)])
 
 
-def _mark_time(us: pa.Array) -> pa.Array:
+def mark_time(us: pa.Array) -> pa.Array:
     """Event times (us since 1970) as 20-character texts that order as text like the numbers
     do, before 1970 too (FOLD_SCRIPT compares `last` marks as text): t >= 0 zero-padded;
     t < 0 as '-' and 10^18 + t zero-padded to 19 digits ('-' sorts before every digit, and
@@ -577,7 +577,7 @@ class BaseKeys:
                     # last_match_id) -- on a `last` board reached_at is that same instant.
                     # Versions published before the column lack the match ('us|'): a speed
                     # event at the very same instant then wins the tie.
-                    latest = _mark_time(pc.cast(table.column("last_event_at"), pa.int64())
+                    latest = mark_time(pc.cast(table.column("last_event_at"), pa.int64())
                                         .combine_chunks())
                     last_match = (pc.fill_null(table.column("last_match_id"), "")
                                   .combine_chunks() if "last_match_id" in table.column_names
@@ -715,6 +715,13 @@ class Folder:
         sends every row as a plain one (the player's base key is not the starting point)."""
         updates = plan_updates(table, self.registry,
                                version.watermark if since_watermark else None)
+        return self.calls_of(version, writer, seq, updates, mode=mode, banned=banned,
+                             floor=floor, based=based)
+
+    def calls_of(self, version: SpeedVersion, writer: str, seq: int, updates: list[Update],
+                 *, mode: str, banned: set[str], floor: int, based: bool = True) -> list[Call]:
+        """The FOLD_SCRIPT calls of planned updates (`calls`; the speed layer's seed of a
+        player's base part from rollup rows, speed_layer.seed)."""
         if banned:
             ban_set = pa.array(sorted(banned), pa.string())
             for update in updates:

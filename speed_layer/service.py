@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from leaderboard.lake import (
 from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
 from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
+from leaderboard.retained import kept_after
 from leaderboard.schema import identity_match_ids
 from leaderboard.speed_keys import (
     BANNED,
@@ -47,12 +48,13 @@ from leaderboard.speed_keys import (
     voids_key,
     windows_key,
 )
-from leaderboard.voids import ALL_PLAYERS, Void, VoidIndex, read_voids, write_void
+from leaderboard.voids import ALL_PLAYERS, Void, VoidIndex, VoidLimit, read_voids, write_void
 from speed_layer.door import Admission, Claim, ClaimPending, Door, RecordLost
 from speed_layer.fold import FOLD_SCRIPT, Folder, identities, plan_updates, predecessors
 from speed_layer.rate import held_ids, rate_key
+from speed_layer.seed import player_rollups, rollup_updates
 
-__all__ = ["Admitted", "RebuildRunning", "SpeedLayer", "SpeedStatus"]
+__all__ = ["Admitted", "RebuildRunning", "SpeedLayer", "SpeedStatus", "VoidApplied"]
 
 _EXPIRE_OLD_VERSION = 3600
 
@@ -176,6 +178,46 @@ class SpeedStatus:
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
+
+
+@dataclass(frozen=True)
+class VoidApplied:
+    """A void's answer: the players recomputed on the live boards, and what it could not
+    remove (None: everything it names is removed, or will be when it lands)."""
+
+    players: list[str]
+    limit: VoidLimit | None
+
+
+@dataclass(frozen=True)
+class _Seed:
+    """A player's base part recomputed: raw rows (every void applied) and rollup rows of the
+    live version (the event dates not recomputed from raw rows; none before retention)."""
+
+    rows: pa.Table
+    rollups: pa.Table | None = None
+
+
+def _on(rows: pa.Table, days: pa.Array, wanted: set[date]) -> pa.Table:
+    """The rows whose event date (`days`, one per row) is in `wanted`."""
+    return rows.filter(pc.is_in(days, value_set=pa.array(sorted(wanted), pa.date32())))
+
+
+def _rollups_on(rollups: pa.Table, wanted: set[date]) -> pa.Table:
+    return rollups.filter(pc.is_in(rollups.column("event_date"),
+                                   value_set=pa.array(sorted(wanted), pa.date32())))
+
+
+def _tally(rows: pa.Table) -> tuple[int, int]:
+    """(events, points) of deduped raw rows: what their rollup rows count."""
+    return rows.num_rows, int(pc.sum(rows.column("points")).as_py() or 0)
+
+
+def _tally_rollups(rollups: pa.Table) -> tuple[int, int]:
+    if rollups.num_rows == 0:
+        return 0, 0
+    return (int(pc.sum(rollups.column("matches")).as_py() or 0),
+            int(pc.sum(rollups.column("points_sum")).as_py() or 0))
 
 
 class SpeedLayer:
@@ -618,14 +660,17 @@ class SpeedLayer:
         and their events since the watermark replayed from every file already folded
         there, voided rows left out. When a void the base did not apply names a row the
         base counted, the player's base part is recomputed too, from their raw rows before
-        the watermark (`_seed_rows`): the base key goes to T (hidden) and the recomputed
+        the watermark and, after retention, its rollup rows (`_seed`): the base key goes to T
+        (hidden) and the recomputed
         value starts M. `only` limits it to those board-windows; `unban` lifts the ban."""
         progress = self.folder.progress(version)
-        seed = self._seed_rows(version, player)
+        seed = self._seed(version, player)
         calls: dict[tuple[str, str], list[Any]] = {}
-        if seed is not None and seed.num_rows:
-            for call in self.folder.calls(version, "seed", 0, seed, mode="seed", banned=set(),
-                                          floor=-1, since_watermark=False, based=False):
+        if seed is not None:
+            updates = plan_updates(seed.rows, self.registry, None) + rollup_updates(
+                seed.rollups, self.registry)
+            for call in self.folder.calls_of(version, "seed", 0, updates, mode="seed",
+                                             banned=set(), floor=-1, based=False):
                 calls.setdefault((call.keys.board, call.keys.window_id), []).append(call)
         for landed in sorted(self.folder.pending_or_folded(version),
                              key=lambda f: (f.writer, f.seq)):
@@ -665,18 +710,26 @@ class SpeedLayer:
             self.client.srem(bans_key(version.tag), player)
         return len(windows)
 
-    def _seed_rows(self, version: SpeedVersion, player: str) -> pa.Table | None:
-        """The player's rows the base should count: their raw rows ingested before the
-        watermark, deduped as the batch does (first ingested wins, then the file name),
-        voided rows left out. None when no void the base did not apply (at or after its
-        watermark) names one of those rows: the base key is right as it is. Also None once
-        retention deleted raw events: the rows of old windows are gone, so the base key
-        stays (docs/architecture.md: the limit); and None for a player the base left out
-        (banned before its watermark)."""
+    def _seed(self, version: SpeedVersion, player: str) -> _Seed | None:
+        """The player's base part as the next batch will count it, when a void the base did
+        not apply (at or after its watermark) names a row the base counted; None when none
+        does (the base key is right as it is), and for a player the base left out (banned
+        before its watermark).
+
+        Before retention: their raw rows ingested before the watermark, deduped as the
+        batch does (first ingested wins, then the file name), voided rows left out. After
+        it, exactly what the next batch's void night does (jobs.revoid): the event dates
+        after the safe line (`kept_after`) that a late void touches are recomputed from
+        those raw rows, each only if the same rows with the base's voids give back the
+        base's rollup rows of that date (else a raw row of it is gone: the base stands);
+        every other date is the base's rollup rows of the player. A void of a result on a
+        date at or before the line changes nothing here, nor in the batch (`void_limit`
+        tells the operator)."""
         if version.version is None or version.watermark is None:
             return None
-        late = [v for v in read_voids(self.lake) if v.at >= version.watermark]
-        if not late or (self.lake / "retention.json").exists():
+        voids = read_voids(self.lake)
+        late = VoidIndex.of(v for v in voids if v.at >= version.watermark)
+        if not late:
             return None
         if player in banned_players(self.lake, before=version.watermark):
             # The base left the player out (banned before its watermark): unbanned since,
@@ -684,6 +737,35 @@ class SpeedLayer:
             # (docs/architecture.md, known limits), so no base part is theirs to recompute;
             # a seed would bring their whole history back, only because a void named it.
             return None
+        rows = self._absorbed_rows(version, player)
+        if rows is None:
+            return None
+        hit = late.mask(rows)
+        if not pc.any(hit).as_py():
+            return None
+        line = kept_after(self.lake, self.registry)
+        if line is None:
+            return _Seed(VoidIndex.of(voids).drop(rows))
+        days = pc.cast(pc.cast(rows.column("event_time"), pa.timestamp("us", tz="UTC")),
+                       pa.date32())
+        touched = {d for d in pc.unique(days.filter(hit)).to_pylist() if d > line}
+        if not touched:
+            return None
+        rollups = player_rollups(self.lake, read_version(self.lake, version.version), player)
+        old = VoidIndex.of(v for v in voids if v.at < version.watermark)
+        redone = sorted(d for d in touched if _tally(old.drop(_on(rows, days, {d})))
+                        == _tally_rollups(_rollups_on(rollups, {d})))
+        if not redone:
+            return None
+        kept = rollups.filter(pc.invert(pc.is_in(rollups.column("event_date"),
+                                                 value_set=pa.array(redone, pa.date32()))))
+        return _Seed(VoidIndex.of(voids).drop(_on(rows, days, set(redone))), kept)
+
+    def _absorbed_rows(self, version: SpeedVersion, player: str) -> pa.Table | None:
+        """The player's raw rows still in the lake that the base counted (ingested before
+        its watermark), one per identity as the batch dedupes (first ingested wins, then
+        the file name); None when there are none."""
+        assert version.watermark is not None
         mark = pa.scalar(version.watermark, pa.timestamp("us", tz="UTC"))
         parts = []
         for landed in landed_files(self.lake):
@@ -699,8 +781,6 @@ class SpeedLayer:
             return None
         rows = pa.concat_tables(parts, promote_options="default").sort_by(
             [("ingested_at", "ascending"), ("_file", "ascending")])
-        if not pc.any(VoidIndex.of(late).mask(rows)).as_py():
-            return None
         # One row per identity: the player's direct scores share match ids with their match
         # events (identity (board, match_id, player_id)), so the match id alone would drop
         # whichever of the two sorted second.
@@ -709,8 +789,8 @@ class SpeedLayer:
         for identity in identity_match_ids(rows).to_pylist():
             first.append(identity not in seen)
             seen.add(identity)
-        rows = rows.filter(pa.array(first)).drop_columns(["_file"])
-        return VoidIndex.of(read_voids(self.lake)).drop(rows)
+        rows = rows.filter(pa.array(first, pa.bool_())).drop_columns(["_file"])
+        return rows if rows.num_rows else None
 
     def _ban_race(self, version: SpeedVersion, players: set[str],
                   windows: list[tuple[str, str]]) -> None:
@@ -777,22 +857,57 @@ class SpeedLayer:
         players whose rows it names are recomputed without them in every live board-window
         those rows count in. Returns those players (none yet for a match not landed: its
         events will not count when they land)."""
+        return self.void_applied(match_id, player_id, at, reason).players
+
+    def void_applied(self, match_id: str, player_id: str | None, at: datetime,
+                     reason: str = "") -> VoidApplied:
+        """`void`, and what it could not remove (results on dates retention deleted raw
+        events of: `VoidLimit`), for the operator's answer."""
+        void = Void(match_id, player_id, reason, at)
         write_void(self.lake, match_id, player_id, at, reason)
         self.sync_voids()
-        return self._apply_void(self.current(), Void(match_id, player_id, reason, at))
+        version = self.current()
+        rows = self._void_rows(void)
+        return VoidApplied(self._apply_void(version, void, rows),
+                           self._void_limit(version, void, rows))
 
-    def _apply_void(self, version: SpeedVersion, void: Void) -> list[str]:
-        """Recompute the players whose rows `void` names, in the board-windows where those
-        rows count; then record the void as applied to the version."""
+    def _void_rows(self, void: Void) -> pa.Table | None:
+        """Every landed row `void` names (None: none in the lake)."""
         filters: list[Any] = [("match_id", "=", void.match_id)]
         if void.player_id is not None:
             filters.append(("player_id", "=", void.player_id))
         parts = [t for t in (pq.read_table(f.path, filters=filters)
                              for f in landed_files(self.lake)) if t.num_rows]
+        return pa.concat_tables(parts, promote_options="default") if parts else None
+
+    def _void_limit(self, version: SpeedVersion, void: Void,
+                    rows: pa.Table | None) -> VoidLimit | None:
+        """After retention: the results of `void` the live base counted on event dates at
+        or before the safe line (neither layer recomputes those dates), or the note that no
+        raw row of it is left; None when the void applies in full."""
+        line = kept_after(self.lake, self.registry)
+        if line is None:
+            return None
+        if rows is None:
+            return VoidLimit(void, line, (), unseen=True)
+        if version.watermark is not None:
+            rows = rows.filter(pc.less(rows.column("ingested_at"), pa.scalar(
+                version.watermark, rows.schema.field("ingested_at").type)))
+        days = pc.cast(pc.cast(rows.column("event_time"), pa.timestamp("us", tz="UTC")),
+                       pa.date32()).to_pylist()
+        kept = sorted({(p, d) for p, d in zip(rows.column("player_id").to_pylist(), days,
+                                              strict=True) if d <= line})
+        return VoidLimit(void, line, tuple(kept), unseen=False) if kept else None
+
+    def _apply_void(self, version: SpeedVersion, void: Void,
+                    rows: pa.Table | None = None) -> list[str]:
+        """Recompute the players whose rows `void` names (`rows`, read here unless given),
+        in the board-windows where those rows count; then record the void as applied to
+        the version."""
+        rows = self._void_rows(void) if rows is None else rows
         banned = {_text(b) for b in self.client.smembers(BANNED)}
         players: list[str] = []
-        if parts:
-            rows = pa.concat_tables(parts, promote_options="default")
+        if rows is not None:
             for player in sorted(set(rows.column("player_id").to_pylist()) - banned):
                 mine = rows.filter(pc.equal(rows.column("player_id"), player))
                 windows = {(u.board.name, u.window.id)

@@ -14,8 +14,8 @@ from views import published_standings
 from jobs.batch import run_batch
 from jobs.compact import SpeedWatermark
 from jobs.retention import apply_retention, deleted_through
-from jobs.revoid import kept_after
 from leaderboard.registry import load_registry
+from leaderboard.retained import kept_after
 from leaderboard.settings import Settings
 from leaderboard.voids import write_void
 

@@ -149,9 +149,9 @@ def test_last_marks_order_as_text_like_the_times(times):
     """Regression (issue 11.2): `last` marks were zero-padded text, so before 1970 ('-...')
     a 1964 event compared as later than a 1965 one. Marks of any times in years 1-9999
     order as text exactly as the times do, and all have one length."""
-    from speed_layer.fold import _mark_time
+    from speed_layer.fold import mark_time
 
-    marks = _mark_time(pa.array(times, pa.int64())).to_pylist()
+    marks = mark_time(pa.array(times, pa.int64())).to_pylist()
     assert {len(m) for m in marks} == {20}
     assert sorted(marks) == [marks[i] for i in sorted(range(len(times)), key=times.__getitem__)]
     assert len(set(marks)) == len(set(times))

@@ -21,6 +21,7 @@ from jobs.retention import apply_retention
 from leaderboard import faults
 from leaderboard.lake import LandingWriter
 from leaderboard.settings import Settings
+from leaderboard.voids import write_void
 from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor
 from speed_layer.rate import rate_key
@@ -349,3 +350,155 @@ def test_a_void_does_not_bring_back_the_history_of_a_player_unbanned_across_the_
     served._pointer = None
     assert served.player("global", "p", "all-time")["score"] == 7
     assert_served_as_reference(lake, registry, redis_client)
+
+
+# -- after retention ------------------------------------------------------------------------
+
+RETAINED_START = day("2026-11-20T00:00:00")
+R = date(2026, 11, 20)  # the first event date; retention at R+5 keeping 3 days deletes R, R+1
+LIVE = day("2026-11-26T00:00:00")  # the live version's watermark (as of R+5)
+
+
+def assert_served_exactly(lake: Path, reference_lake: Path, registry, client: redis.Redis,
+                          now: str = "2026-11-27T00:00:00") -> None:
+    """Every board-window's merged order, scores, sort keys and total equal the batch of
+    everything in `reference_lake` (the same lake without retention), every void applied."""
+    served = Leaderboards(lake, registry, client, now=lambda: day(now))
+    reference = reference_standings(reference_lake, registry, None,
+                                    watermark=day("2100-01-01T00:00:00"))
+    for (board, window_id), rows in reference.items():
+        merged = served.merged(board, window_id)
+        assert [(e.player_id, e.rank, e.score, e.sort_key)
+                for e in merged.top(len(rows) + 3)] == [
+            (r.player_id, r.rank, r.score, r.sort_key) for r in rows], (board, window_id)
+        assert merged.total() == len(rows), (board, window_id)
+
+
+@pytest.fixture
+def retained(tmp_path, redis_client):
+    """Six days of match events and direct scores on a registry of every aggregation, order
+    and tie policy (tests/lakes.py EVERY_KIND), published as of R+5; `control` is a
+    copy that retention never touches; in `data` retention (3 days at R+5) deletes the raw
+    partitions of R and R+1, so the safe line is R+3. The speed layer is live on the
+    version of R+5, with the next morning's events folded."""
+    import shutil
+
+    from lakes import EVERY_KIND, land, random_scores
+
+    config = tmp_path / "every.toml"
+    write_registry(config, EVERY_KIND)
+    registry = registry_from(EVERY_KIND)
+    data, control = tmp_path / "data", tmp_path / "control"
+    events = [e for e in random_stream(61, start=RETAINED_START, days=6, matches=70,
+                                       regions=("na", "eu", "asia"), duplicate_share=0.05,
+                                       late_share=0.1)
+              + random_scores(62, registry, start=RETAINED_START, days=6, scores=25)
+              if e["ingested_at"] < day("2026-11-26T12:00:00")]
+
+    def settings(root: Path) -> Settings:
+        return Settings.from_env({"LEADERBOARD_DATA": str(root),
+                                  "LEADERBOARD_CONFIG": str(config)})
+
+    land(data / "lake", registry, [e for e in events if e["ingested_at"] < LIVE])
+    run_batch(settings(data), date(2026, 11, 25))
+    shutil.copytree(data, control)
+    speed = SpeedLayer(redis_client, registry, data / "lake")
+    speed.rebuild(LIVE)  # landed without a speed layer: built from the lake
+    pointer = speed.current()
+    assert pointer.watermark == LIVE
+    live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
+    report = apply_retention(data / "lake", date(2026, 11, 25), 3, speed=live)
+    assert report.deleted == ["2026-11-20", "2026-11-21"]
+    later = [e for e in events if e["ingested_at"] >= LIVE]
+    land(data / "lake", registry, later, writer="x", speed=speed)
+    land(control / "lake", registry, later, writer="x")
+    return registry, speed, data, control, events, settings
+
+
+def _absorbed_on(events: list[dict], when: date) -> list[dict]:
+    """Events the live version absorbed with event date `when`, first copies only."""
+    seen: set[tuple] = set()
+    found = []
+    for event in sorted(events, key=lambda e: e["ingested_at"]):
+        identity = (event.get("board"), event["match_id"], event["player_id"])
+        if identity not in seen and event["ingested_at"] < LIVE:
+            seen.add(identity)
+            if event["event_time"].date() == when:
+                found.append(event)
+    return found
+
+
+def test_after_retention_a_void_of_an_absorbed_result_applies_at_once_on_every_aggregation(
+        retained, redis_client):
+    """After retention, a void of results the live version absorbed (a whole match, one
+    player's result, a direct board's best lap) left the live boards only at the next batch
+    (the seed of the player's base part gave up once retention had run): the merged
+    answers kept the voided results. Now the base part is recomputed as the next batch
+    will: rollup rows for dates at or before the safe line, raw rows after it. The merged
+    answers (order, scores, sort keys, totals of every board-window: sum both orders and
+    ties, max, min, last, direct min and sum) equal the batch of everything less the voided
+    rows at once, and still after the next batch and the rebase."""
+    registry, speed, data, control, events, settings = retained
+    lake, twin = data / "lake", control / "lake"
+    assert_served_exactly(lake, twin, registry, redis_client)
+    before = reference_standings(twin, registry, None, watermark=day("2100-01-01T00:00:00"))
+    on_r4 = _absorbed_on(events, date(2026, 11, 24))
+    on_r5 = _absorbed_on(events, date(2026, 11, 25))
+    match = next(e["match_id"] for e in on_r4 if not e.get("board"))
+    single = max((e for e in on_r5 if not e.get("board")), key=lambda e: e["points"])
+    lap = min((e for e in on_r4 + on_r5 if e.get("board") == "best-lap"),
+              key=lambda e: e["points"])
+    at = day("2026-11-26T13:00:00")
+    voids = [(match, None), (single["match_id"], single["player_id"]),
+             (lap["match_id"], lap["player_id"])]
+    for match_id, player_id in voids:
+        write_void(twin, match_id, player_id, at, "exploit")
+        applied = speed.void_applied(match_id, player_id, at, "exploit")
+        assert applied.players
+        assert applied.limit is None
+        assert_served_exactly(lake, twin, registry, redis_client)
+    after = reference_standings(twin, registry, None, watermark=day("2100-01-01T00:00:00"))
+    changed = {registry.board(b).aggregation + ("/direct" if registry.board(b).direct else "")
+               for (b, w), rows in after.items() if rows != before.get((b, w))}
+    assert changed >= {"sum", "max", "min", "last", "min/direct"}, changed
+    told: list[str] = []
+    manifest = run_batch(settings(data), date(2026, 11, 26), step=told.append).manifest
+    assert any("recomputing the rollups of" in m for m in told), told
+    speed.rebase(manifest)
+    run_batch(settings(control), date(2026, 11, 26))
+    assert_served_exactly(lake, twin, registry, redis_client)
+
+
+def test_after_retention_a_void_of_results_whose_raw_events_are_gone_says_so(
+        retained, redis_client):
+    """A void of results on event dates at or before the safe line cannot be applied by
+    either layer (their raw events may be gone): before, it was silently not applied. Now
+    the void's answer names the results that stay (or says no raw event of it is left),
+    the batch's run log says so too, and the live boards keep them, as the batch does."""
+    registry, speed, data, control, events, settings = retained
+    lake, twin = data / "lake", control / "lake"
+    gone = next(e["match_id"] for e in _absorbed_on(events, date(2026, 11, 20))
+                if not e.get("board") and all(  # every copy in a deleted partition
+                    o["ingested_at"] < day("2026-11-22T00:00:00")
+                    for o in events if o["match_id"] == e["match_id"]))
+    kept = next(e for e in _absorbed_on(events, date(2026, 11, 22))
+                if not e.get("board") and e["ingested_at"] >= day("2026-11-22T00:00:00"))
+    at = day("2026-11-26T13:00:00")
+    unseen = speed.void_applied(gone, None, at, "exploit").limit
+    assert unseen is not None
+    assert unseen.unseen
+    assert unseen.line == date(2026, 11, 23)
+    assert "retention deleted its raw events" in unseen.message()
+    stays = speed.void_applied(kept["match_id"], kept["player_id"], at, "exploit").limit
+    assert stays is not None
+    assert not stays.unseen
+    assert stays.kept == ((kept["player_id"], date(2026, 11, 22)),)
+    assert kept["player_id"] in stays.message()
+    assert "could not be removed" in stays.message()
+    assert_served_exactly(lake, twin, registry, redis_client)  # twin: no void: the same
+    told: list[str] = []
+    speed.rebase(run_batch(settings(data), date(2026, 11, 26), step=told.append).manifest)
+    run_batch(settings(control), date(2026, 11, 26))
+    assert any("names no raw event still in the lake" in m for m in told), told
+    assert any("retention deleted raw events of 2026-11-22" in m for m in told), told
+    assert_served_exactly(lake, twin, registry, redis_client)

@@ -107,12 +107,16 @@ def void(service: AdminDep, action: VoidDep) -> dict[str, Any]:
     """A void record in the lake; the live boards drop the voided results at once (every
     aggregation recomputed exactly), the next batch version drops them too, published
     versions stay as they were. `players`: whose live standings changed (empty for a match
-    that has not landed yet)."""
-    players = service.speed.void(action.match_id, action.player_id, service.settings.now(),
-                                 action.reason)
+    that has not landed yet). `not_removed` (null when nothing is left): after retention,
+    the results on event dates whose raw events it deleted, which neither the live boards
+    nor any batch can remove (`results`, `line`, a `message` to show), or `unseen` when no
+    raw event of the void is left in the lake at all."""
+    applied = service.speed.void_applied(action.match_id, action.player_id,
+                                         service.settings.now(), action.reason)
     service.cache.clear()
     return {"match_id": action.match_id, "player_id": action.player_id, "status": "voided",
-            "players": players}
+            "players": applied.players,
+            "not_removed": None if applied.limit is None else applied.limit.as_dict()}
 
 
 @router.get("/v1/admin/voids", summary="List the voids, newest first")

@@ -1,0 +1,44 @@
+"""Which raw events retention left whole: the line both the batch and the speed layer draw.
+
+Retention deletes whole ingest partitions through `deleted_through` (its ledger,
+`lake/retention.json`). An event lands on or after its event date less the registry's
+`future_skew` (validation refuses one further ahead), so every raw event of an event date
+after `deleted_through + ceil(future_skew) + 1 day` (the extra day: a margin) is still in
+the lake. A void of a result on such a date can be applied exactly from the raw events (the
+batch's void night, jobs.revoid; the speed layer's recompute of the player's base part); a
+void of a result on an earlier date cannot (its raw rows may be gone): the published rows
+stand, and both layers say so. One function, so the two layers never draw different lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date, timedelta
+from pathlib import Path
+
+from leaderboard.registry import Registry
+
+__all__ = ["RETENTION_LEDGER", "deleted_through", "kept_after"]
+
+#: The ledger of deleted raw partitions, under the lake dir (written by jobs.retention).
+RETENTION_LEDGER = "retention.json"
+
+
+def deleted_through(lake: Path) -> date | None:
+    """The newest raw-event partition retention deleted (None: never)."""
+    try:
+        ledger = json.loads((Path(lake) / RETENTION_LEDGER).read_text())
+    except FileNotFoundError:
+        return None
+    return date.fromisoformat(ledger["deleted_through"])
+
+
+def kept_after(lake: Path, registry: Registry) -> date | None:
+    """The safe line: the last event date whose raw events may be partly deleted (None:
+    nothing deleted); every later event date still has all its raw events in the lake."""
+    through = deleted_through(lake)
+    if through is None:
+        return None
+    skew_days = math.ceil(registry.future_skew / timedelta(days=1))
+    return through + timedelta(days=skew_days + 1)
