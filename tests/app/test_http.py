@@ -577,7 +577,7 @@ def test_a_void_drops_the_result_at_once_and_is_listed(world):
     voided = world.client.post("/v1/admin/voids", json=action, headers={"X-Admin-Key": ADMIN})
     assert voided.status_code == 200, voided.text
     assert voided.json() == {"match_id": best["match_id"], "player_id": name,
-                             "status": "voided", "players": [name]}
+                             "status": "voided", "players": [name], "not_removed": None}
     after = world.client.get(f"/v1/boards/global/players/{name}").json()
     assert after["score"] == leader["score"] - best["points"]
     early = world.client.post("/v1/admin/voids", json={"match_id": "not-landed-yet",
