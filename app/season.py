@@ -23,7 +23,7 @@ from leaderboard.lake import LandingWriter
 from leaderboard.registry import Registry
 from leaderboard.validation import Validated, validate_events, validate_scores
 
-__all__ = ["GenerateReport", "generate_season"]
+__all__ = ["GenerateReport", "generate_season", "season_key"]
 
 
 @dataclass
@@ -50,6 +50,16 @@ class GenerateReport:
     @property
     def events_per_second(self) -> float:
         return self.events / self.seconds if self.seconds > 0 else float("inf")
+
+
+def season_key(spec: GenerateSpec, registry: Registry) -> str:
+    """The cache key of a generated season (the benchmarks keep one per key): its shape and
+    the registry it was generated with (a season cached before the registry gained a board,
+    such as the default's direct `best-lap`, has no rows for it, and every comparison on it
+    would silently leave the board out)."""
+    return (f"p{spec.players}-e{spec.events_per_day * spec.days}-d{spec.days}-"
+            f"dirty{spec.dirty:g}-s{spec.seed}-b{spec.batch_minutes}-{spec.start.isoformat()}-"
+            f"r{registry.fingerprint[:8]}")
 
 
 # -- threaded stages ---------------------------------------------------------------------------

@@ -86,6 +86,7 @@ import jobs.batch as batch
 import jobs.publish as publish
 from app.generate import GenerateSpec
 from app.season import generate_season
+from app.season import season_key as _season_key
 from jobs.spec import calendar_table
 from leaderboard.bans import banned_players
 from leaderboard.lake import ROW_GROUP_SIZE, landed_files
@@ -147,15 +148,6 @@ class Season:
     def files(self, as_of: date) -> list[str]:
         """The landed files a batch as of `as_of` reads (ingest_date <= as_of)."""
         return [str(f.path) for f in landed_files(self.root / "lake") if f.ingest_date <= as_of]
-
-
-def _season_key(spec: GenerateSpec, registry: Registry) -> str:
-    """The cache key of a season: its shape and the registry it was generated with (a season
-    cached before the registry gained a board, such as the default's direct `best-lap`, has
-    no rows for it, and every comparison on it would silently leave the board out)."""
-    return (f"p{spec.players}-e{spec.events_per_day * spec.days}-d{spec.days}-"
-            f"dirty{spec.dirty:g}-s{spec.seed}-b{spec.batch_minutes}-{spec.start.isoformat()}-"
-            f"r{registry.fingerprint[:8]}")
 
 
 def _season(spec: GenerateSpec, cache: Path, regenerate: bool, console: Console) -> Season:

@@ -54,14 +54,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app.generate import GenerateSpec
-from app.season import generate_season
+from app.season import generate_season, season_key
 from jobs import batch, publish
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.release import publish_version, validate_version
 from jobs.retention import apply_retention
 from jobs.sweep import sweep_orphans
 from leaderboard.manifest import Manifest, read_version
-from leaderboard.registry import load_registry
+from leaderboard.registry import Registry
 from leaderboard.settings import Settings
 
 
@@ -85,11 +85,12 @@ class Night:
     rows_published: int
 
 
-def _season(spec: GenerateSpec, cache: Path, say: Callable[[str], None]) -> Path:
-    """The generated lake's root under `cache` (generated once per shape)."""
-    key = (f"nights-p{spec.players}-e{spec.events_per_day}-d{spec.days}-dirty{spec.dirty:g}-"
-           f"s{spec.seed}-{spec.start.isoformat()}")
-    root = cache / key
+def _season(spec: GenerateSpec, registry: Registry, cache: Path,
+            say: Callable[[str], None]) -> Path:
+    """The generated lake's root under `cache`: generated once per shape and registry (the
+    product's, LEADERBOARD_CONFIG; bench_batch's key, so a lake generated before the
+    registry changed is never reused)."""
+    root = cache / f"nights-{season_key(spec, registry)}"
     done = root / "complete.json"
     if done.exists():
         return root
@@ -99,8 +100,8 @@ def _season(spec: GenerateSpec, cache: Path, say: Callable[[str], None]) -> Path
     say(f"generating {spec.days} days of {spec.events_per_day:,} events ({spec.players:,} "
         "players)")
     began = time.perf_counter()
-    report = generate_season(spec, load_registry(), root / "lake")
-    done.write_text(json.dumps({"accepted": report.accepted,
+    report = generate_season(spec, registry, root / "lake")
+    done.write_text(json.dumps({"accepted": report.accepted, "registry": registry.fingerprint,
                                 "seconds": time.perf_counter() - began,
                                 "spec": {k: str(v) for k, v in asdict(spec).items()}}))
     return root
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    root = _season(spec, Path(args.cache), say)
+    root = _season(spec, Settings.from_env().registry, Path(args.cache), say)
     print(f"bench_nights: {days} nights of {args.events_per_day:,} events a day, "
           f"{args.players:,} players, DuckDB memory_limit {args.memory_limit}")
     every = args.every or max(1, days // 20)
