@@ -17,8 +17,9 @@ Exceptions docs/design.md allows, stated here and nowhere else:
 - *Voids* (docs/design.md section 3): an event a void names (its match, or its match and
   player) counts nowhere once the void is in force: the live version's base applies the
   voids from before its watermark, merged answers all of them. (Past retention a void
-  reaches only events not yet absorbed; once retention deleted raw events the operations
-  test voids only matches or results the live version has not absorbed. Retention waits
+  cannot reach a result the live version absorbed on an event date at or before the safe
+  line, where raw events may be gone; once retention deleted raw events the operations test
+  voids only matches or results with no such absorbed row, absorbed or not. Retention waits
   until the live version holds every void, so it never takes back one made before.)
 - *Unbanned across the watermark* (docs/architecture.md, "known limits"): a player the live
   base excludes (banned before W) who is unbanned after W is served with the events since W

@@ -17,6 +17,7 @@ STATEFUL_EXAMPLES environment variable (.ci/run sets it; a local run does a few)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -379,6 +380,13 @@ class OperationsMachine(RuleBasedStateMachine):
         STATS["time_passes"] += 1
         self.now += timedelta(hours=hours, minutes=minutes)
 
+    @rule(days=st.integers(1, 3))
+    def days_pass(self, days: int) -> None:
+        """Whole days at once: retention deletes raw events only of partitions days old, and
+        a void of a result absorbed after its safe line needs days of history beyond them."""
+        STATS["days_pass"] += 1
+        self.now += timedelta(days=days)
+
     @rule(player=st.sampled_from(PLAYERS), action=st.sampled_from(["ban", "unban"]))
     def moderate(self, player: str, action: str) -> None:
         STATS["moderate"] += 1
@@ -388,18 +396,27 @@ class OperationsMachine(RuleBasedStateMachine):
 
     def _voidable(self, whole: bool) -> list[Event]:
         """The landed events a void may name. Once retention deleted raw events, by design
-        (README, Voids: the limit) a void reaches only the events the live batch version has
-        not absorbed (a full recompute would miss the deleted ones), a limit the model (a
-        void counts nowhere) leaves out: then only matches (whole) or results none of whose
-        rows the live version absorbed. Retention itself waits until the live version holds
-        every void, so no void made before it is lost."""
-        if not (self.lake / "retention.json").exists():
+        (README, Voids: the limit) a void cannot reach a result the live batch version
+        absorbed on an event date at or before the safe line (its raw events may be gone),
+        a limit the model (a void counts nowhere) leaves out: then only matches (whole) or
+        results none of whose absorbed rows is on such a date; absorbed or not, any event
+        date after the line. The line is drawn here from the retention ledger's newest
+        deleted partition and the registry's future_skew (an event lands at most that long
+        before its event time), independently of the product's helper. Retention itself
+        waits until the live version holds every void, so no void made before it is
+        lost."""
+        try:
+            ledger = json.loads((self.lake / "retention.json").read_text())
+        except FileNotFoundError:
             return self.model.landed
+        skew_days = -(-self.registry.future_skew // timedelta(days=1))  # rounded up
+        line = date.fromisoformat(ledger["deleted_through"]) + timedelta(days=skew_days + 1)
         watermark = self.model.watermark
-        absorbed = {(e.match_id, None if whole else e.player_id) for e in self.model.landed
-                    if watermark is not None and e.ingested_at < watermark}
+        stuck = {(e.match_id, None if whole else e.player_id) for e in self.model.landed
+                 if watermark is not None and e.ingested_at < watermark
+                 and e.event_time.date() <= line}
         return [e for e in self.model.landed
-                if (e.match_id, None if whole else e.player_id) not in absorbed]
+                if (e.match_id, None if whole else e.player_id) not in stuck]
 
     @precondition(lambda self: "void" not in KNOWN_DEFECTS and bool(self.model.landed))
     @rule(data=st.data(), whole=st.booleans(), ahead=st.booleans())
@@ -413,6 +430,9 @@ class OperationsMachine(RuleBasedStateMachine):
         event = data.draw(st.sampled_from(candidates or self.model.landed))
         match = f"m{self.matches + 1}" if ahead else event.match_id
         player = None if whole or ahead else event.player_id
+        if not ahead and (self.lake / "retention.json").exists() and (
+                self.model.watermark is not None and event.ingested_at < self.model.watermark):
+            STATS["void_of_absorbed_after_retention"] += 1
         self.writers["a"].speed.void(match, player, self.now, "test")
         self.model.void(match, player, self.now)
 
@@ -569,9 +589,12 @@ class OperationsMachine(RuleBasedStateMachine):
         STATS["retention_night"] += 1
         with self._night():
             pointer = self.writers["a"].speed.current()
-            apply_retention(self.lake, self.now.date(), self.registry.retention_days,
-                            speed=SpeedWatermark(present=True, watermark=pointer.watermark,
-                                                 version=pointer.version))
+            report = apply_retention(
+                self.lake, self.now.date(), self.registry.retention_days,
+                speed=SpeedWatermark(present=True, watermark=pointer.watermark,
+                                     version=pointer.version))
+            if report.deleted:
+                STATS["retention_deleted"] += 1
 
     @contextmanager
     def _night(self) -> Iterator[None]:
