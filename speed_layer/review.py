@@ -65,7 +65,9 @@ RELEASE_STATUSES = {
     "already_released": "an earlier release landed it; nothing more lands",
     "duplicate": "the same event (match_id, player_id) already counts, or is earlier in "
                  "this release; nothing lands",
-    "rejected": "it still fails validation (see reason); it stays in the quarantine",
+    "rejected": "it still fails validation (see reason); it stays in the quarantine (a "
+                "score whose board left the registry: again, as a row of reason "
+                "unknown_board)",
     "not_found": "no quarantined row has this id",
     "in_flight": "another writer is landing the same event right now; release it again "
                  "shortly (a duplicate then if that landing succeeded, else it lands)",
