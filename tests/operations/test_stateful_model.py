@@ -274,6 +274,7 @@ class OperationsMachine(RuleBasedStateMachine):
                  "event_time": self.now - timedelta(minutes=age_minutes)}
                 for player, delta in deltas
                 if (match_id, player, "coins") not in self.model.first_accepted()
+                and (match_id, player, "coins") not in self.model.held  # claimed: a retry
                 and player not in self.model.erased]
         if not rows:
             return
