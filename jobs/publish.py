@@ -121,8 +121,10 @@ def check_standings(table: pa.Table, *, earliest: bool, banned: set[str], where:
     # window's number (a sort of integers; several times cheaper than grouping strings).
     players = pc.dictionary_encode(table.column("player_id")).combine_chunks()
     codes = _np(players.indices).astype(np.int64)
-    pairs = window_of.astype(np.int64) * max(len(players.dictionary), 1) + codes
-    if len(np.unique(pairs)) != n:
+    pairs = np.sort(window_of.astype(np.int64) * max(len(players.dictionary), 1) + codes)
+    # Sorted, a repeat is a neighbour (np.unique finds the same by hashing: ~25x slower on
+    # numpy 2.4, a third of the writer's CPU).
+    if np.any(pairs[1:] == pairs[:-1]):
         raise PublishError(f"{where}: a player appears twice in one window")
     if banned and pc.any(pc.is_in(table.column("player_id"),
                                   value_set=pa.array(sorted(banned)))).as_py():

@@ -9,6 +9,8 @@ they are counted here, batch by batch, and the strings are looked up by code wit
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -16,7 +18,7 @@ import pyarrow as pa
 
 from jobs.spec import STANDINGS_SCHEMA
 
-__all__ = ["RANKED_SCHEMA", "rank_stream"]
+__all__ = ["RANKED_SCHEMA", "prefetched", "rank_stream"]
 
 #: The rows the engine hands the writer: a standings row with its board-window.
 RANKED_SCHEMA = pa.schema([pa.field("board", pa.string()), pa.field("window_id", pa.string()),
@@ -102,3 +104,51 @@ def rank_stream(batches: pa.RecordBatchReader, *, boards: pa.ChunkedArray,
                             dtype=bool),
         totals=np.asarray(totals.to_numpy(zero_copy_only=False), dtype=np.int64),
         players=players.combine_chunks(), matches=matches.combine_chunks()))
+
+
+#: Batches `prefetched` keeps ready ahead of its consumer (each up to 256k rows).
+_AHEAD = 4
+
+
+def prefetched(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """`reader`'s batches, produced by a thread of their own up to `_AHEAD` batches ahead of
+    the consumer: the engine's sort of the next part and the ranking run while the writer
+    compresses the previous rows (Parquet encoding and DuckDB both release the GIL), instead
+    of each waiting for the other. An error in the producer is raised to the consumer; a
+    consumer that stops early stops the producer at its next batch."""
+    ready: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(_AHEAD)
+    stop = threading.Event()
+
+    def put(item: pa.RecordBatch | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for batch in reader:
+                if not put(batch):
+                    return
+        except BaseException as error:  # handed to the consumer, raised there
+            put(error)
+            return
+        put(None)
+
+    thread = threading.Thread(target=produce, name="standings-prefetch", daemon=True)
+
+    def consume() -> Iterator[pa.RecordBatch]:
+        thread.start()
+        try:
+            while (item := ready.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            thread.join()
+
+    return pa.RecordBatchReader.from_batches(reader.schema, consume())

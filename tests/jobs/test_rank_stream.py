@@ -7,15 +7,18 @@ Python (shared: 1 + rows with a larger key; earliest: the position).
 
 from __future__ import annotations
 
+import gc
 import itertools
+import threading
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.rank_stream import RANKED_SCHEMA, rank_stream
+from jobs.rank_stream import RANKED_SCHEMA, prefetched, rank_stream
 
 
 @st.composite
@@ -91,3 +94,40 @@ def test_ranks_across_batches_equal_ranks_of_each_window(stream: dict[str, Any])
         pa.int64()).cast(pa.timestamp("us", tz="UTC")).to_pylist()
     assert all(v == 5 for v in got.column("reached_at").cast(pa.int64()).to_pylist())
     assert all(v == 7 for v in got.column("last_event_at").cast(pa.int64()).to_pylist())
+
+
+def _numbers(count: int, *, fail_at: int | None = None) -> pa.RecordBatchReader:
+    schema = pa.schema([("n", pa.int64())])
+
+    def batches() -> Any:
+        for n in range(count):
+            if n == fail_at:
+                raise ValueError("the engine failed")
+            yield pa.record_batch([pa.array([n], pa.int64())], schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def test_prefetched_gives_every_batch_in_order() -> None:
+    assert prefetched(_numbers(50)).read_all().column("n").to_pylist() == list(range(50))
+
+
+def test_prefetched_raises_the_producers_error_after_the_batches_before_it() -> None:
+    seen: list[int] = []
+
+    def drain() -> None:
+        for batch in prefetched(_numbers(20, fail_at=12)):
+            seen.append(batch.column(0)[0].as_py())
+
+    with pytest.raises(ValueError, match="the engine failed"):
+        drain()
+    assert seen == list(range(12))
+
+
+def test_prefetched_stops_its_producer_when_the_consumer_stops() -> None:
+    reader = prefetched(_numbers(1000))
+    first = reader.read_next_batch()
+    del reader  # as when the writer fails: the stream is dropped, its producer joined
+    gc.collect()
+    assert first.column(0)[0].as_py() == 0
+    assert not [t for t in threading.enumerate() if t.name == "standings-prefetch"]
