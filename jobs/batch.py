@@ -322,8 +322,16 @@ def _carried_scope_points(base: Manifest | None, delta: pa.Table, banned: set[st
     recorded = base.checks.get("scope_points")
     if not isinstance(recorded, dict):
         return None
-    totals = {str(k): int(v) for k, v in recorded.items()}
-    rows = delta.filter(pc.less(delta.column("event_date"), pa.scalar(end, pa.date32())))
+    return _add_scope_points({str(k): int(v) for k, v in recorded.items()}, delta, banned, end)
+
+
+def _add_scope_points(totals: dict[str, int], rollups: pa.Table, banned: set[str],
+                      end: date) -> dict[str, int]:
+    """`totals` plus the counted points per scope key of these rollup rows (dates before
+    `end`, banned players excluded): sums by region and mode, no per-player grouping. A full
+    recompute passes every rollup row it holds (its delta), so its check reads nothing back."""
+    totals = dict(totals)
+    rows = rollups.filter(pc.less(rollups.column("event_date"), pa.scalar(end, pa.date32())))
     if banned:
         rows = rows.filter(pc.invert(pc.is_in(rows.column("player_id"),
                                               value_set=pa.array(sorted(banned)))))
@@ -819,6 +827,10 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
     end = registry.calendar.all_time_end
     carried_points = (None if rolled.redone
                       else _carried_scope_points(base, rolled.delta, plan.banned, end))
+    if base is None:
+        # A full recompute holds every rollup row (its delta): the scope sums come from them,
+        # and the per-player totals below are read only where some all-time total saturates.
+        carried_points = _add_scope_points({}, rolled.delta, plan.banned, end)
     full_points: dict[str, pa.Array] | None = None
     paths = dict(zip(zip(standings.column("board").to_pylist(),
                          standings.column("window_id").to_pylist(), strict=True),

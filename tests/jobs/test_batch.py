@@ -11,12 +11,15 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from lakes import EXOTIC, day, land, random_scores, random_stream, registry_from, write_registry
 from oracle import absorbed_events, reference_standings
 
+import jobs.duckdb_engine as duckdb_engine
 from jobs.batch import run_batch
 from jobs.publish import PublishError, check_standings
+from jobs.rank_stream import RANKED_SCHEMA
 from jobs.spec import STANDINGS_SCHEMA
 from leaderboard.bans import write_tombstone
 from leaderboard.batch_view import BatchView, open_current
@@ -393,3 +396,29 @@ def test_voids_drop_events_from_the_next_version_and_history_stays(world):
     # same voids: the next night is incremental again
     assert run_batch(settings, date(2026, 12, 1)).mode == "incremental"
     assert_matches_reference(data, registry, date(2026, 12, 1))
+
+
+@pytest.mark.parametrize("world", ["default"], indirect=True)
+def test_a_full_recompute_refuses_scores_that_do_not_add_up_to_the_counted_points(
+        world, monkeypatch):
+    """The all-time check of a full recompute sums the counted points of the rollup rows it
+    holds (no per-player totals read back while no total saturates): an engine that scored
+    the global all-time board one point high per player is refused, nothing published."""
+    data, _, config = world
+    ranked = duckdb_engine.rank_stream
+
+    def one_high(batches, **names):
+        for batch in ranked(batches, **names):
+            wrong = pc.and_(pc.equal(batch.column("board"), "global"),
+                            pc.equal(batch.column("window_id"), "all-time"))
+            score = pc.if_else(wrong, pc.add(batch.column("score"), 1), batch.column("score"))
+            yield batch.set_column(batch.schema.get_field_index("score"), "score", score)
+
+    def reader(batches, **names):
+        return pa.RecordBatchReader.from_batches(RANKED_SCHEMA,
+                                                 one_high(batches, **names))
+
+    monkeypatch.setattr(duckdb_engine, "rank_stream", reader)
+    with pytest.raises(PublishError, match="global all-time scores add up to"):
+        run_batch(settings_for(data, config), date(2026, 11, 30))
+    assert read_current(data / "lake") is None
