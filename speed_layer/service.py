@@ -868,8 +868,20 @@ class SpeedLayer:
         self.sync_voids()
         version = self.current()
         rows = self._void_rows(void)
-        return VoidApplied(self._apply_void(version, void, rows),
-                           self._void_limit(version, void, rows))
+        players = self._apply_void(version, void, rows)
+        limit = self._void_limit(version, void, rows)
+        if limit is not None and rows is not None:
+            # A player all of whose named rows stay (`limit.kept`) lost nothing.
+            stays = {p for p, _ in limit.kept}
+            days = pc.cast(pc.cast(rows.column("event_time"), pa.timestamp("us", tz="UTC")),
+                           pa.date32()).to_pylist()
+            stamps = rows.column("ingested_at").to_pylist()
+            mark = version.watermark
+            lost = {p for p, d, at in zip(rows.column("player_id").to_pylist(), days, stamps,
+                                          strict=True)
+                    if mark is None or at >= mark or d > limit.line}
+            players = [p for p in players if p not in stays or p in lost]
+        return VoidApplied(players, limit)
 
     def _void_rows(self, void: Void) -> pa.Table | None:
         """Every landed row `void` names (None: none in the lake)."""

@@ -489,7 +489,9 @@ def test_after_retention_a_void_of_results_whose_raw_events_are_gone_says_so(
     assert unseen.unseen
     assert unseen.line == date(2026, 11, 23)
     assert "retention deleted its raw events" in unseen.message()
-    stays = speed.void_applied(kept["match_id"], kept["player_id"], at, "exploit").limit
+    applied = speed.void_applied(kept["match_id"], kept["player_id"], at, "exploit")
+    assert applied.players == []  # nothing of the player changed
+    stays = applied.limit
     assert stays is not None
     assert not stays.unseen
     assert stays.kept == ((kept["player_id"], date(2026, 11, 22)),)
