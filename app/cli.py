@@ -193,7 +193,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 # -- batch ----------------------------------------------------------------------------------
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from jobs.batch import run_batch
+    from jobs.batch import FullAfterRetention, run_batch
     from jobs.publish import RewindRefused
     from jobs.warehouse import refresh_warehouse
 
@@ -209,7 +209,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         try:
             result = run_batch(settings, as_of, full=args.full, step=step,
                                allow_rewind=args.allow_rewind)
-        except RewindRefused as exc:
+        except (RewindRefused, FullAfterRetention) as exc:
             raise UsageError(str(exc)) from None
         status.update("refreshing the analysts' warehouse")
         warehouse = refresh_warehouse(settings.data_dir, settings.registry)

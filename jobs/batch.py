@@ -68,7 +68,8 @@ from leaderboard.sortkey import SortKeyOverflow
 from leaderboard.timeutil import format_instant
 from leaderboard.voids import voids_before, voids_digest
 
-__all__ = ["BatchResult", "Engine", "main", "open_engine", "plan_windows", "run_batch"]
+__all__ = ["BatchResult", "Engine", "FullAfterRetention", "main", "open_engine", "plan_windows",
+           "run_batch"]
 
 Step = Callable[[str], None]
 
@@ -395,6 +396,8 @@ def run_batch(
         RewindRefused.check(lake, as_of)
     registry = settings.registry
     plan = _plan(lake, registry, as_of, full=full, say=say)
+    if publish and plan.mode == "full":
+        FullAfterRetention.check(lake, as_of)
     # Running from before the first file to after the manifest: a sweep never takes this
     # run's files. The sweep of what killed runs left comes first (jobs.sweep).
     with hold_run(lake, plan.run):
@@ -540,6 +543,23 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
         bits=lateness_bits(registry), banned=banned_players(lake, before=watermark),
         voids=voids, absorbed=sorted(absorbed & listed) if base is not None else [],
         revoid=revoid if base is not None else None)
+
+
+class FullAfterRetention(PublishError):
+    """A full recompute to publish after retention deleted raw events: it would miss them.
+
+    Refused before any work, so the live version stays (the DAG's path, which writes
+    without publishing, is refused by `jobs.release.validate_version` instead)."""
+
+    @classmethod
+    def check(cls, lake: Path, as_of: date) -> None:
+        deleted = deleted_through(lake)
+        if deleted is not None:
+            raise cls(
+                f"a full recompute as of {as_of} would miss the raw events through {deleted} "
+                "that retention deleted (their results live on only in the rollups), so it "
+                "is refused and the live version stays; run the night without --full (an "
+                "incremental run on the live version)")
 
 
 def _retention_ran(lake: Path) -> bool:

@@ -125,6 +125,27 @@ def test_old_absorbed_partitions_go_and_later_nights_publish_the_same(world):
         assert published_standings(lake) == published_standings(control / "lake")
 
 
+def test_a_full_recompute_to_publish_after_retention_is_refused_before_any_work(world):
+    """Regression (found by the stateful model: a night run with --full after retention
+    published standings without the deleted events' results; only the DAG's validation
+    refused it): refused before any work, the live version stays; the night runs
+    incremental, equal to the untouched lake's."""
+    from jobs.batch import FullAfterRetention
+
+    data, control = world
+    lake = data / "lake"
+    as_of = D + timedelta(days=5)
+    apply_retention(lake, as_of, 2, speed=NO_SPEED)
+    live = read_current(lake)
+    with pytest.raises(FullAfterRetention, match="without --full"):
+        run_batch(settings_for(data), as_of + timedelta(days=1), full=True)
+    assert read_current(lake) == live
+    ours = run_batch(settings_for(data), as_of + timedelta(days=1))
+    theirs = run_batch(settings_for(control), as_of + timedelta(days=1))
+    assert (ours.mode, ours.events) == ("incremental", theirs.events)
+    assert published_standings(lake) == published_standings(control / "lake")
+
+
 def test_a_compacted_partition_goes_like_any_other(world):
     data, _control = world
     lake = data / "lake"

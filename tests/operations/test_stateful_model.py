@@ -49,7 +49,7 @@ from operations.model import Answer, BoardSpec, Event, Model
 from strategies import operations_events
 
 from app.erasure import erase_player
-from jobs.batch import run_batch
+from jobs.batch import FullAfterRetention, run_batch
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.retention import apply_retention
 from leaderboard import faults
@@ -68,7 +68,14 @@ pytestmark = pytest.mark.redis
 
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
-KNOWN_DEFECTS: set[str] = set()
+KNOWN_DEFECTS: set[str] = {
+    # The erase rule (issue 12 part 4) finds: a player banned before the watermark stays in
+    # a window's touched set T after an erasure of another player, a retention, and the next
+    # night's rebase (a file landing before the flip), while the new base already leaves them
+    # out, so that window's total is one short (top: total 0 with one entry). Found by a
+    # 40-example run (steps in the studio report to the lead); not yet fixed.
+    "erase",
+}
 #: STATEFUL_TRY_DEFECTS=name,name (or `all`) runs those rules anyway: how a fix is checked
 #: before its switch is removed, and how the minimal failing examples are found.
 _TRY = os.environ.get("STATEFUL_TRY_DEFECTS", "")
@@ -170,6 +177,8 @@ class OperationsMachine(RuleBasedStateMachine):
         self.model = Model(BOARDS)
         self.matches = 0
         self.steps = 0
+        #: when each row held for rate was held (the model's `held`)
+        self.held_at: dict[tuple[str, str, str | None], datetime] = {}
         self.unchanged = False  # the last step left the last checked state as it was
         # The pointer is read once per check (a server reuses it for a second the same way).
         self.served = Leaderboards(self.lake, self.registry, self.reader, now=lambda: self.now,
@@ -448,7 +457,31 @@ class OperationsMachine(RuleBasedStateMachine):
         self.writers["a"].speed.void(match, player, self.now, "test")
         self.model.void(match, player, self.now)
 
-    @precondition(lambda self: len(self.model.erased) < 2 and bool(self.model.landed))
+    def _check_held(self) -> None:
+        """The quarantine's rows held for rate are exactly the model's."""
+        found, _ = list_quarantine(self.lake, reason="implausible_rate", limit=100_000)
+        assert sorted((r.values["match_id"], r.values["player_id"], r.board or "")
+                      for r in found) == sorted((m, p, b or "") for m, p, b in self.model.held)
+
+    def _held_recently(self) -> list[tuple[str, str, str | None]]:
+        return [h for h in self.model.held if self.now - self.held_at[h] < HORIZON]
+
+    @precondition(lambda self: bool(self._held_recently()))
+    @rule(data=st.data(), writer=st.sampled_from(["a", "b", "c", "d"]))
+    def retry_a_held_row(self, data: st.DataObject, writer: str) -> None:
+        """A retry (other content) of a row held for rate within the horizon, whatever
+        came between (a Redis loss and rebuild, a batch, a compaction, a writer's death):
+        its claim at the door stands, so it is a retry and lands nothing (README)."""
+        STATS["retry_a_held_row"] += 1
+        match, player, board = data.draw(st.sampled_from(self._held_recently()))
+        row: dict[str, Any] = {"match_id": match, "player_id": player, "points": 7,
+                               "event_time": self.now}
+        row |= {"board": board} if board else {"region": "eu", "mode": "casual"}
+        report = self._ingest(writer, [row])
+        assert (report.accepted, report.retries) == (0, 1), report.as_dict()
+
+    @precondition(lambda self: "erase" not in KNOWN_DEFECTS and len(self.model.erased) < 2
+                  and bool(self.model.landed))
     @rule(data=st.data(), writer=st.sampled_from(["a", "b"]))
     def erase_a_player(self, data: st.DataObject, writer: str) -> None:
         """Right to erasure through the product's erase function (what `DELETE
@@ -464,6 +497,7 @@ class OperationsMachine(RuleBasedStateMachine):
         answer = erase_player(settings, self.writers["a"].speed, player)
         assert answer["status"] == "erased", answer
         self.model.erase(player)
+        self._check_held()  # their held rows left the quarantine too
         other = next(p for p in PLAYERS if p not in self.model.erased)
         self.matches += 1
         rows = [{"match_id": f"m{self.matches}", "player_id": who, "points": 2, "region": "na",
@@ -508,9 +542,8 @@ class OperationsMachine(RuleBasedStateMachine):
                 len(rows) - count, count, count), (kept, report.as_dict())
             self._landed([r for r, counts in zip(rows, kept, strict=True) if counts])
             held += [r for r, counts in zip(rows, kept, strict=True) if not counts]
-        found, _ = list_quarantine(self.lake, reason="implausible_rate", limit=100_000)
-        assert sorted((r.values["match_id"], r.values["player_id"], r.board or "")
-                      for r in found) == sorted((m, p, b or "") for m, p, b in self.model.held)
+        self.held_at |= {(r["match_id"], r["player_id"], r.get("board")): self.now for r in held}
+        self._check_held()
         if held:
             retry = self._ingest(data.draw(st.sampled_from(["a", "b", "c", "d"])), held[-1:])
             assert (retry.accepted, retry.retries) == (0, 1), retry.as_dict()
@@ -539,6 +572,10 @@ class OperationsMachine(RuleBasedStateMachine):
     def _batch(self, full: bool) -> tuple[Any, date]:
         as_of = self._next_as_of()
         assert as_of is not None
+        if full and (self.lake / "retention.json").exists():  # it would miss deleted events
+            with pytest.raises(FullAfterRetention):
+                run_batch(self.settings, as_of, full=True)
+            full = False
         run_batch(self.settings, as_of, full=full)
         manifest = read_current(self.lake)
         assert manifest is not None
