@@ -586,9 +586,10 @@ class DuckDBEngine:
     def _parts(self) -> list[tuple[int, int]]:
         """Runs of board-windows (first bw, last bw) that `scored` is aggregated and sorted
         by, one at a time: each run's fanned-out rows (estimated from the rollup rows each
-        (date, region-mode) pair holds and the board-windows it feeds) stay within
-        `_PART_BYTES` of the memory limit, so its hash table and sort fit in memory instead
-        of spilling (issue 13 goal 5). A carried window's previous rows are not counted.
+        (date, region-mode) pair holds and the board-windows it feeds, at
+        `_FANNED_ROW_BYTES` each) stay within `_PART_SHARE` of the memory limit
+        (`_part_rows`), so its hash table and sort fit in memory instead of spilling
+        (issue 13 goal 5). A carried window's previous rows are not counted.
         One run covers every board-window when they all fit, as on any nightly run."""
         con = self.con
         last = con.execute("SELECT coalesce(max(bw), 0) FROM bw_t").fetchall()[0][0]
