@@ -678,7 +678,10 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
         lake=lake, as_of=as_of.isoformat(), run=plan.run,
         earliest_boards={b.name for b in registry.boards if b.ties == "earliest"},
         banned=plan.banned)
-    rows = writer.write_stream(result.rows)
+    try:
+        rows = writer.write_stream(result.rows)
+    finally:
+        result.stop()  # a failed write must not leave the read-ahead running the engine
     eng.finish()
     checkpoint("batch.standings")
     built = {(e.board, e.window_id) for e in writer.entries}

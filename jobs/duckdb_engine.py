@@ -581,7 +581,8 @@ class DuckDBEngine:
             ordered, boards=names.column("board"), window_ids=names.column("window_id"),
             earliest=names.column("earliest"), totals=totals, players=players.column(0),
             matches=matches.column(0))
-        return StandingsResult(prefetched(reader), histograms, windows)
+        ahead = prefetched(reader)
+        return StandingsResult(ahead.reader, histograms, windows, stop=ahead.stop)
 
     def _parts(self) -> list[tuple[int, int]]:
         """Runs of board-windows (first bw, last bw) that `scored` is aggregated and sorted

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from jobs.spec import STANDINGS_SCHEMA
 
-__all__ = ["RANKED_SCHEMA", "prefetched", "rank_stream"]
+__all__ = ["RANKED_SCHEMA", "Prefetched", "prefetched", "rank_stream"]
 
 #: The rows the engine hands the writer: a standings row with its board-window.
 RANKED_SCHEMA = pa.schema([pa.field("board", pa.string()), pa.field("window_id", pa.string()),
@@ -110,17 +111,29 @@ def rank_stream(batches: pa.RecordBatchReader, *, boards: pa.ChunkedArray,
 _AHEAD = 4
 
 
-def prefetched(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+@dataclass(frozen=True)
+class Prefetched:
+    """A stream read ahead (`prefetched`): its batches, and `stop`, which ends the producer
+    (at its next batch) and waits for it; idempotent."""
+
+    reader: pa.RecordBatchReader
+    stop: Callable[[], None]
+
+
+def prefetched(reader: pa.RecordBatchReader) -> Prefetched:
     """`reader`'s batches, produced by a thread of their own up to `_AHEAD` batches ahead of
     the consumer: the engine's sort of the next part and the ranking run while the writer
     compresses the previous rows (Parquet encoding and DuckDB both release the GIL), instead
     of each waiting for the other. An error in the producer is raised to the consumer; a
-    consumer that stops early stops the producer at its next batch."""
+    consumer that stops early calls `stop`, so a failed writer does not leave the producer
+    running the engine's query (dropping the stream stops it too, but only once it is
+    garbage collected, and an exception's traceback keeps it alive). Nothing the producer
+    holds refers to the consumer's stream, so dropping that stream can still stop it."""
     ready: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(_AHEAD)
-    stop = threading.Event()
+    stopping = threading.Event()
 
     def put(item: pa.RecordBatch | BaseException | None) -> bool:
-        while not stop.is_set():
+        while not stopping.is_set():
             try:
                 ready.put(item, timeout=0.1)
                 return True
@@ -140,6 +153,11 @@ def prefetched(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
 
     thread = threading.Thread(target=produce, name="standings-prefetch", daemon=True)
 
+    def stop() -> None:
+        stopping.set()
+        if thread.is_alive():
+            thread.join()
+
     def consume() -> Iterator[pa.RecordBatch]:
         thread.start()
         try:
@@ -148,7 +166,6 @@ def prefetched(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
                     raise item
                 yield item
         finally:
-            stop.set()
-            thread.join()
+            stop()
 
-    return pa.RecordBatchReader.from_batches(reader.schema, consume())
+    return Prefetched(pa.RecordBatchReader.from_batches(reader.schema, consume()), stop)

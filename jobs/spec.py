@@ -7,6 +7,7 @@ so the engines never re-implement calendar arithmetic and cannot disagree with t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 
@@ -211,13 +212,16 @@ class StandingsResult:
     (board, window_id) among those needed that received counted events (banned players
     included: such a window exists, empty). `overflow`: when some score cannot be encoded as
     an exact sort key, up to 10 such rows (board, window_id, player_id, score, time_bits)
-    and nothing else (the batch refuses the version); None when every score fits.
+    and nothing else (the batch refuses the version); None when every score fits. `stop`:
+    ends whatever still produces `rows` (a read-ahead thread); the batch calls it once the
+    writer is done with them, failed or not.
     """
 
     rows: pa.RecordBatchReader
     histograms: pa.Table
     windows: pa.Table
     overflow: pa.Table | None = None
+    stop: Callable[[], None] = lambda: None
 
     @classmethod
     def overflowed(cls, overflow: pa.Table, windows: pa.Table) -> StandingsResult:

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import warnings
 from datetime import date, timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from oracle import absorbed_events, reference_standings
 
 import jobs.duckdb_engine as duckdb_engine
 from jobs.batch import run_batch
-from jobs.publish import PublishError, check_standings
+from jobs.publish import PublishError, StandingsWriter, check_standings
 from jobs.rank_stream import RANKED_SCHEMA
 from jobs.spec import STANDINGS_SCHEMA
 from leaderboard.bans import write_tombstone
@@ -421,4 +422,35 @@ def test_a_full_recompute_refuses_scores_that_do_not_add_up_to_the_counted_point
     monkeypatch.setattr(duckdb_engine, "rank_stream", reader)
     with pytest.raises(PublishError, match="global all-time scores add up to"):
         run_batch(settings_for(data, config), date(2026, 11, 30))
+    assert read_current(data / "lake") is None
+
+
+@pytest.mark.parametrize("world", ["default"], indirect=True)
+def test_a_failed_standings_write_stops_the_read_ahead_before_the_error_propagates(
+        world, monkeypatch):
+    """The writer failing (here: after its first batch) must not leave the engine's
+    read-ahead thread running: the batch stops and joins it before the error leaves the
+    run, though the error's traceback still holds the stream (review s6 finding 6)."""
+    data, _, config = world
+    ranked = duckdb_engine.rank_stream
+
+    def one_row_batches(batches, **names):
+        # read eagerly, then hand many small batches: the read-ahead fills its queue and
+        # waits there, as on a real season's stream
+        table = ranked(batches, **names).read_all()
+        assert table.num_rows > 10
+        return pa.RecordBatchReader.from_batches(RANKED_SCHEMA, table.to_batches(1))
+
+    def failing_write(self, reader):
+        reader.read_next_batch()
+        raise PublishError("the disk filled up")
+
+    monkeypatch.setattr(duckdb_engine, "rank_stream", one_row_batches)
+    monkeypatch.setattr(StandingsWriter, "write_stream", failing_write)
+    before = set(threading.enumerate())
+    with pytest.raises(PublishError, match="the disk filled up") as failure:
+        run_batch(settings_for(data, config), date(2026, 11, 30))
+    assert failure.traceback  # the stream is still referenced from the failed frames
+    assert not [t for t in set(threading.enumerate()) - before
+                if t.name == "standings-prefetch"]
     assert read_current(data / "lake") is None

@@ -109,14 +109,14 @@ def _numbers(count: int, *, fail_at: int | None = None) -> pa.RecordBatchReader:
 
 
 def test_prefetched_gives_every_batch_in_order() -> None:
-    assert prefetched(_numbers(50)).read_all().column("n").to_pylist() == list(range(50))
+    assert prefetched(_numbers(50)).reader.read_all().column("n").to_pylist() == list(range(50))
 
 
 def test_prefetched_raises_the_producers_error_after_the_batches_before_it() -> None:
     seen: list[int] = []
 
     def drain() -> None:
-        for batch in prefetched(_numbers(20, fail_at=12)):
+        for batch in prefetched(_numbers(20, fail_at=12)).reader:
             seen.append(batch.column(0)[0].as_py())
 
     with pytest.raises(ValueError, match="the engine failed"):
@@ -125,9 +125,26 @@ def test_prefetched_raises_the_producers_error_after_the_batches_before_it() -> 
 
 
 def test_prefetched_stops_its_producer_when_the_consumer_stops() -> None:
-    reader = prefetched(_numbers(1000))
+    reader = prefetched(_numbers(1000)).reader
     first = reader.read_next_batch()
     del reader  # as when the writer fails: the stream is dropped, its producer joined
     gc.collect()
     assert first.column(0)[0].as_py() == 0
+    assert not [t for t in threading.enumerate() if t.name == "standings-prefetch"]
+
+
+def test_prefetched_stop_ends_its_producer_while_the_stream_is_still_held() -> None:
+    """A failed writer's traceback keeps the stream alive: `stop` ends the producer all the
+    same (at its next batch), and a second stop is harmless."""
+    ahead = prefetched(_numbers(1000))
+    first = ahead.reader.read_next_batch()
+    assert first.column(0)[0].as_py() == 0
+    ahead.stop()
+    ahead.stop()
+    assert not [t for t in threading.enumerate() if t.name == "standings-prefetch"]
+
+
+def test_prefetched_stop_before_any_read_starts_nothing() -> None:
+    ahead = prefetched(_numbers(10))
+    ahead.stop()
     assert not [t for t in threading.enumerate() if t.name == "standings-prefetch"]
