@@ -64,6 +64,29 @@ if _PROFILE not in ("dev", "ci", "debug"):
 settings.load_profile(_PROFILE)
 
 
+# -- running on several workers (pytest-xdist) ---------------------------------------------
+
+#: The test files that take longest (the CI log's --durations), in that order. With several
+#: workers (.ci/run: `-n 2 --dist loadfile --no-loadscope-reorder`) each file runs whole on
+#: one worker, taken in collection order; these go first, so that no long file is picked up
+#: last and runs alone while the other workers idle.
+LONGEST_FIRST = (
+    "tests/operations/test_stateful_model.py",  # 409 s of 2353 s (a loaded box, 2026-12-03)
+    "tests/serving/test_lambda_identity.py",  # 384 s
+    "tests/app/test_openapi_contract.py",  # 280 s
+    "tests/jobs/test_engine_parity.py",  # 250 s
+    "tests/dags/test_nightly_standings.py",  # 206 s
+    "tests/jobs/test_batch.py",  # 146 s
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # one process: the order stays as collected
+        return
+    first = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.partition("::")[0], len(first)))
+
+
 # -- clocks and environment ----------------------------------------------------------------
 
 @pytest.fixture
