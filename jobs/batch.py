@@ -63,6 +63,7 @@ from leaderboard.manifest import (
     write_version,
 )
 from leaderboard.registry import Registry
+from leaderboard.retained import redoable
 from leaderboard.settings import Settings
 from leaderboard.sortkey import SortKeyOverflow
 from leaderboard.timeutil import format_instant
@@ -607,7 +608,8 @@ def _redo(eng: Engine, lake: Path, plan: _Plan, rollups: dict[str, dict[str, Any
     recompute, every void applied), and the events they lost. A date is recomputed only if
     the same recompute with the base's voids gives back the base's events and points for it
     (else some raw event of it is gone, e.g. a first copy in a deleted partition: the base's
-    rows stand, the documented limit)."""
+    rows stand, the documented limit): `leaderboard.retained.redoable`, which the speed
+    layer asks too."""
     revoid, base = plan.revoid, plan.base
     if revoid is None or base is None or not revoid.dates:
         return [], ROLLUP_SCHEMA.empty_table(), 0
@@ -621,14 +623,14 @@ def _redo(eng: Engine, lake: Path, plan: _Plan, rollups: dict[str, dict[str, Any
         return table.filter(pc.is_in(table.column("event_date"), value_set=days))
 
     before, after = roll(revoid.old_voids), roll(plan.voids)
-    redone = []
+    raw = {}
     for day in revoid.dates:
-        entry = rollups.get(day.isoformat(), {"events": 0, "points": 0})
         rows = before.filter(pc.equal(before.column("event_date"), pa.scalar(day, pa.date32())))
         points = int(pc.sum(rows.column("points_sum")).as_py() or 0) if rows.num_rows else 0
-        if (_events_in(rows), points) == (entry["events"], entry["points"]):
-            redone.append(day)
-        else:
+        raw[day] = (_events_in(rows), points)
+    redone = redoable(revoid.dates, raw, rollups)
+    for day in revoid.dates:
+        if day not in redone:
             say(f"raw events of {day} are missing from the lake: the base's rows stand")
     fresh = after.filter(pc.is_in(after.column("event_date"),
                                   value_set=pa.array(redone, pa.date32())))

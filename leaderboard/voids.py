@@ -70,6 +70,9 @@ class VoidLimit:
     line: date  # the safe line: raw events of later event dates are all kept
     kept: tuple[tuple[str, date], ...]  # (player_id, event_date) of the results that stay
     unseen: bool  # no raw row of the void is left in the lake
+    #: event dates after the line whose kept raw events no longer give back what the batch
+    #: counted (`leaderboard.retained.redoable`): neither layer recomputes them either
+    refused: tuple[date, ...] = ()
 
     def message(self) -> str:
         """The plain sentence an operator reads (CLI, HTTP)."""
@@ -80,14 +83,21 @@ class VoidLimit:
                     "and neither the live boards nor any later batch can remove them. If it "
                     "has not landed yet, its events will not count when they land.")
         results = ", ".join(f"{p} ({d.isoformat()})" for p, d in self.kept)
+        refused = ""
+        if self.refused:
+            dates = ", ".join(d.isoformat() for d in self.refused)
+            refused = (f" The raw events still kept of {dates} no longer add up to what the "
+                       "batch counted for those dates (a copy of some result there was in a "
+                       "deleted partition), so those dates are not recomputed either.")
         return (f"{len(self.kept)} result(s) of {self.void.describe()} could not be removed: "
                 f"{results}. Retention deleted raw events of event dates on or before "
                 f"{self.line.isoformat()}, so neither the live boards nor any later batch can "
-                "recompute them: they still count on every board and window they fell in. "
-                "Results of later dates are removed.")
+                f"recompute them: they still count on every board and window they fell in."
+                f"{refused} Results of other dates are removed.")
 
     def as_dict(self) -> dict[str, object]:
         return {"line": self.line.isoformat(), "unseen": self.unseen,
+                "refused": [d.isoformat() for d in self.refused],
                 "results": [{"player_id": p, "event_date": d.isoformat()}
                             for p, d in self.kept],
                 "message": self.message()}

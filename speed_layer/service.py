@@ -32,7 +32,7 @@ from leaderboard.lake import (
 from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
 from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
-from leaderboard.retained import kept_after
+from leaderboard.retained import Tally, kept_after, redoable
 from leaderboard.schema import identity_match_ids
 from leaderboard.speed_keys import (
     BANNED,
@@ -203,21 +203,20 @@ def _on(rows: pa.Table, days: pa.Array, wanted: set[date]) -> pa.Table:
     return rows.filter(pc.is_in(days, value_set=pa.array(sorted(wanted), pa.date32())))
 
 
-def _rollups_on(rollups: pa.Table, wanted: set[date]) -> pa.Table:
-    return rollups.filter(pc.is_in(rollups.column("event_date"),
-                                   value_set=pa.array(sorted(wanted), pa.date32())))
+def _event_dates(rows: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """Each row's event date (UTC), as the batch's rollups date it."""
+    return pc.cast(pc.cast(rows.column("event_time"), pa.timestamp("us", tz="UTC")),
+                   pa.date32())
 
 
-def _tally(rows: pa.Table) -> tuple[int, int]:
-    """(events, points) of deduped raw rows: what their rollup rows count."""
-    return rows.num_rows, int(pc.sum(rows.column("points")).as_py() or 0)
-
-
-def _tally_rollups(rollups: pa.Table) -> tuple[int, int]:
-    if rollups.num_rows == 0:
-        return 0, 0
-    return (int(pc.sum(rollups.column("matches")).as_py() or 0),
-            int(pc.sum(rollups.column("points_sum")).as_py() or 0))
+def _tallies(rows: pa.Table) -> dict[date, Tally]:
+    """(events, points) per event date of deduped raw rows: what their rollup rows count."""
+    found: dict[date, Tally] = {}
+    for day, points in zip(_event_dates(rows).to_pylist(), rows.column("points").to_pylist(),
+                           strict=True):
+        events, total = found.get(day, (0, 0))
+        found[day] = (events + 1, total + points)
+    return found
 
 
 class SpeedLayer:
@@ -229,6 +228,8 @@ class SpeedLayer:
         self.folder.on_ban_race = self._ban_race
         self.folder.on_void_race = self._void_race
         self.door = Door(client, registry.idempotency_horizon)
+        #: {(tag, version): {event date: whether a void may recompute it}} (`_redoable`)
+        self._redoable_cache: dict[tuple[str, str], dict[date, bool]] = {}
 
     # -- versions ---------------------------------------------------------------------------
 
@@ -746,32 +747,65 @@ class SpeedLayer:
         line = kept_after(self.lake, self.registry)
         if line is None:
             return _Seed(VoidIndex.of(voids).drop(rows))
-        days = pc.cast(pc.cast(rows.column("event_time"), pa.timestamp("us", tz="UTC")),
-                       pa.date32())
+        days = _event_dates(rows)
         touched = {d for d in pc.unique(days.filter(hit)).to_pylist() if d > line}
-        if not touched:
-            return None
-        rollups = player_rollups(self.lake, read_version(self.lake, version.version), player)
-        old = VoidIndex.of(v for v in voids if v.at < version.watermark)
-        redone = sorted(d for d in touched if _tally(old.drop(_on(rows, days, {d})))
-                        == _tally_rollups(_rollups_on(rollups, {d})))
+        redone = sorted(self._redoable(version, touched))
         if not redone:
             return None
+        rollups = player_rollups(self.lake, read_version(self.lake, version.version), player)
         kept = rollups.filter(pc.invert(pc.is_in(rollups.column("event_date"),
                                                  value_set=pa.array(redone, pa.date32()))))
         return _Seed(VoidIndex.of(voids).drop(_on(rows, days, set(redone))), kept)
 
-    def _absorbed_rows(self, version: SpeedVersion, player: str) -> pa.Table | None:
-        """The player's raw rows still in the lake that the base counted (ingested before
-        its watermark), one per identity as the batch dedupes (first ingested wins, then
-        the file name); None when there are none."""
+    def _redoable(self, version: SpeedVersion, days: set[date]) -> set[date]:
+        """The event dates of `days` (after the safe line) a void may recompute, decided as
+        the next batch's void night decides them (`leaderboard.retained.redoable`, per date
+        over every player's kept raw rows, deduped, with the base's voids): cached per
+        (version, date), as a version's absorbed rows, voids and rollups never change."""
+        assert version.version is not None
+        assert version.watermark is not None
+        key = (version.tag, version.version)
+        cache = self._redoable_cache.setdefault(key, {})
+        if len(self._redoable_cache) > 4:  # old versions: forget
+            for stale in [k for k in self._redoable_cache if k != key]:
+                del self._redoable_cache[stale]
+        wanted = sorted(days - set(cache))
+        if wanted:
+            stamp = pa.timestamp("us", tz="UTC")
+            start = datetime.combine(wanted[0], datetime.min.time(), UTC)
+            end = datetime.combine(wanted[-1] + timedelta(days=1), datetime.min.time(), UTC)
+            on_days = ((pc.field("event_time") >= pa.scalar(start, stamp))
+                       & (pc.field("event_time") < pa.scalar(end, stamp)))
+            candidates = self._absorbed_rows(version, on_days, dedupe=False)
+            raw: dict[date, Tally] = {}
+            if candidates is not None:
+                # Every copy of their identities, wherever its event date: the batch dedupes
+                # over all absorbed files (an identity's copies share its match id).
+                matches = pc.unique(candidates.column("match_id"))
+                rows = self._absorbed_rows(version, pc.field("match_id").isin(matches))
+                if rows is not None:
+                    old = VoidIndex.of(v for v in read_voids(self.lake)
+                                       if v.at < version.watermark)
+                    raw = _tallies(old.drop(rows))
+            base = read_version(self.lake, version.version).rollups(self.lake)
+            fine = set(redoable(wanted, raw, base))
+            cache.update({d: d in fine for d in wanted})
+        return {d for d in days if cache[d]}
+
+    def _absorbed_rows(self, version: SpeedVersion, where: str | pc.Expression, *,
+                       dedupe: bool = True) -> pa.Table | None:
+        """The raw rows still in the lake that the base counted (ingested before its
+        watermark) of one player (`where` a player id) or matching an expression, one per
+        identity as the batch dedupes (first ingested wins, then the file name; not with
+        `dedupe` False); None when there are none."""
         assert version.watermark is not None
         mark = pa.scalar(version.watermark, pa.timestamp("us", tz="UTC"))
+        filters = pc.field("player_id") == where if isinstance(where, str) else where
         parts = []
         for landed in landed_files(self.lake):
             if landed.ingest_date > version.watermark.date():
                 continue
-            table = pq.read_table(landed.path, filters=[("player_id", "=", player)])
+            table = pq.read_table(landed.path, filters=filters)
             if table.num_rows:
                 table = table.filter(pc.less(table.column("ingested_at"),
                                              mark.cast(table.schema.field("ingested_at").type)))
@@ -781,12 +815,15 @@ class SpeedLayer:
             return None
         rows = pa.concat_tables(parts, promote_options="default").sort_by(
             [("ingested_at", "ascending"), ("_file", "ascending")])
-        # One row per identity: the player's direct scores share match ids with their match
+        if not dedupe:
+            return rows.drop_columns(["_file"])
+        # One row per identity: a player's direct scores share match ids with their match
         # events (identity (board, match_id, player_id)), so the match id alone would drop
         # whichever of the two sorted second.
-        seen: set[str] = set()
+        seen: set[tuple[str, str]] = set()
         first = []
-        for identity in identity_match_ids(rows).to_pylist():
+        for identity in zip(identity_match_ids(rows).to_pylist(),
+                            rows.column("player_id").to_pylist(), strict=True):
             first.append(identity not in seen)
             seen.add(identity)
         rows = rows.filter(pa.array(first, pa.bool_())).drop_columns(["_file"])
@@ -871,16 +908,15 @@ class SpeedLayer:
         players = self._apply_void(version, void, rows)
         limit = self._void_limit(version, void, rows)
         if limit is not None and rows is not None:
-            # A player all of whose named rows stay (`limit.kept`) lost nothing.
-            stays = {p for p, _ in limit.kept}
-            days = pc.cast(pc.cast(rows.column("event_time"), pa.timestamp("us", tz="UTC")),
-                           pa.date32()).to_pylist()
-            stamps = rows.column("ingested_at").to_pylist()
+            # A player all of whose named rows stay (`limit.kept`: absorbed, on a date at or
+            # before the line or one no layer recomputes) lost nothing.
+            stays = set(limit.kept)
             mark = version.watermark
-            lost = {p for p, d, at in zip(rows.column("player_id").to_pylist(), days, stamps,
-                                          strict=True)
-                    if mark is None or at >= mark or d > limit.line}
-            players = [p for p in players if p not in stays or p in lost]
+            lost = {p for p, d, at in zip(rows.column("player_id").to_pylist(),
+                                          _event_dates(rows).to_pylist(),
+                                          rows.column("ingested_at").to_pylist(), strict=True)
+                    if mark is None or at >= mark or (p, d) not in stays}
+            players = [p for p in players if p in lost]
         return VoidApplied(players, limit)
 
     def _void_rows(self, void: Void) -> pa.Table | None:
@@ -895,8 +931,9 @@ class SpeedLayer:
     def _void_limit(self, version: SpeedVersion, void: Void,
                     rows: pa.Table | None) -> VoidLimit | None:
         """After retention: the results of `void` the live base counted on event dates at
-        or before the safe line (neither layer recomputes those dates), or the note that no
-        raw row of it is left; None when the void applies in full."""
+        or before the safe line, or on later dates whose raw events no longer give back
+        the base's totals (`_redoable`: neither layer recomputes those dates), or the note
+        that no raw row of it is left; None when the void applies in full."""
         line = kept_after(self.lake, self.registry)
         if line is None:
             return None
@@ -905,11 +942,14 @@ class SpeedLayer:
         if version.watermark is not None:
             rows = rows.filter(pc.less(rows.column("ingested_at"), pa.scalar(
                 version.watermark, rows.schema.field("ingested_at").type)))
-        days = pc.cast(pc.cast(rows.column("event_time"), pa.timestamp("us", tz="UTC")),
-                       pa.date32()).to_pylist()
-        kept = sorted({(p, d) for p, d in zip(rows.column("player_id").to_pylist(), days,
-                                              strict=True) if d <= line})
-        return VoidLimit(void, line, tuple(kept), unseen=False) if kept else None
+        named = set(zip(rows.column("player_id").to_pylist(), _event_dates(rows).to_pylist(),
+                        strict=True))
+        later = {d for _, d in named if d > line}
+        refused = (later - self._redoable(version, later)
+                   if later and version.version is not None else set())
+        kept = sorted((p, d) for p, d in named if d <= line or d in refused)
+        return VoidLimit(void, line, tuple(kept), unseen=False,
+                         refused=tuple(sorted(refused))) if kept else None
 
     def _apply_void(self, version: SpeedVersion, void: Void,
                     rows: pa.Table | None = None) -> list[str]:

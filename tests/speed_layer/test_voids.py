@@ -504,3 +504,44 @@ def test_after_retention_a_void_of_results_whose_raw_events_are_gone_says_so(
     assert any("names no raw event still in the lake" in m for m in told), told
     assert any("retention deleted raw events of 2026-11-22" in m for m in told), told
     assert_served_exactly(lake, twin, registry, redis_client)
+
+
+def test_after_retention_a_void_on_a_date_whose_raw_events_do_not_add_up_stays_on_both_layers(
+        world, redis_client):
+    """A result landed twice with different event times (its first copy on 11-20, in a
+    partition retention deleted; the copy on 11-24 kept) makes the raw events of 11-24
+    count one result more than the base's rollups of that date: the batch refuses to
+    recompute 11-24 for every player (leaderboard.retained.redoable, per date). The live
+    layer checked only the voided player's rows, removed another player's voided result of
+    11-24 at once and answered it removed; the next batch and rebase brought it back. Now
+    both decide per date over all players: the void's answer says the result stays, the
+    live boards keep it, and the batch agrees."""
+    lake, registry, speed, settings = world
+    ingest(speed, lake, registry, [_row("xdup", "pq1", 7, "2026-11-20T10:00:00"),
+                                   _row("m-a", "ann", 3, "2026-11-20T11:00:00"),
+                                   _row("xdup", "pq1", 7, "2026-11-24T10:00:00"),
+                                   _row("m-bad", "p000", 10, "2026-11-24T11:00:00"),
+                                   _row("m-ok", "p000", 5, "2026-11-24T12:00:00"),
+                                   _row("m-b", "ann", 4, "2026-11-25T09:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
+
+    def score() -> int:
+        served = Leaderboards(lake, registry, redis_client,
+                              now=lambda: day("2026-11-26T12:00:00"))
+        return int(served.player("global", "p000", "all-time")["score"])
+
+    assert score() == 15
+    pointer = speed.current()
+    live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
+    assert "2026-11-20" in apply_retention(lake, date(2026, 11, 25), 3, speed=live).deleted
+    applied = speed.void_applied("m-bad", "p000", day("2026-11-26T01:00:00"), "exploit")
+    assert applied.players == []  # nothing of p000 changes
+    assert applied.limit is not None
+    assert applied.limit.kept == (("p000", date(2026, 11, 24)),)
+    assert "could not be removed" in applied.limit.message()
+    assert "2026-11-24" in applied.limit.message()
+    assert score() == 15
+    told: list[str] = []
+    speed.rebase(run_batch(settings, date(2026, 11, 26), step=told.append).manifest)
+    assert any("raw events of 2026-11-24" in m for m in told), told
+    assert score() == 15
