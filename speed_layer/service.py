@@ -604,6 +604,11 @@ class SpeedLayer:
             return found
         view = BatchView(self.lake, read_version(self.lake, version.version))
         index = view.manifest.standings(self.lake)
+        # A file may also hold rows of a board-window this version reads from another file
+        # (an earlier version's, carried for its other windows): only the index's file counts.
+        where = dict(zip(zip(index.column("board").to_pylist(),
+                             index.column("window_id").to_pylist(), strict=True),
+                         index.column("path").to_pylist(), strict=True))
         wanted = sorted(players)
         for path in sorted(set(index.column("path").to_pylist())):
             table = pq.read_table(self.lake / path, columns=["window_id", "player_id",
@@ -613,7 +618,8 @@ class SpeedLayer:
             for window_id, player, key in zip(table.column("window_id").to_pylist(),
                                               table.column("player_id").to_pylist(),
                                               table.column("sort_key").to_pylist(), strict=True):
-                found[player][(board, window_id)] = int(key)
+                if where.get((board, window_id)) == path:
+                    found[player][(board, window_id)] = int(key)
         return found
 
     def _hide(self, version: SpeedVersion, players: set[str],

@@ -68,14 +68,7 @@ pytestmark = pytest.mark.redis
 
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
-KNOWN_DEFECTS: set[str] = {
-    # The erase rule (issue 12 part 4) finds: a player banned before the watermark stays in
-    # a window's touched set T after an erasure of another player, a retention, and the next
-    # night's rebase (a file landing before the flip), while the new base already leaves them
-    # out, so that window's total is one short (top: total 0 with one entry). Found by a
-    # 40-example run (steps in the studio report to the lead); not yet fixed.
-    "erase",
-}
+KNOWN_DEFECTS: set[str] = set()
 #: STATEFUL_TRY_DEFECTS=name,name (or `all`) runs those rules anyway: how a fix is checked
 #: before its switch is removed, and how the minimal failing examples are found.
 _TRY = os.environ.get("STATEFUL_TRY_DEFECTS", "")
