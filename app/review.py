@@ -137,7 +137,7 @@ def _cmd_quarantine(args: argparse.Namespace) -> int:
         except ReleaseBusy as exc:
             raise UsageError(str(exc)) from None
         render = render_release
-        code = 1 if any(r["status"] in ("not_found", "rejected", "in_flight")
+        code = 1 if any(r["status"] in ("not_found", "rejected", "requarantined", "in_flight")
                         for r in answer["results"]) else 0
     if args.json:
         print(json.dumps(answer))

@@ -50,8 +50,9 @@ from leaderboard.schema import INPUT_FIELDS
 from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["QUARANTINE_ID_PATTERN", "RELEASE_WRITER", "QuarantineRow", "Release",
-           "StaleCursor", "find_rows", "list_quarantine", "parse_quarantine_id", "read_releases",
-           "released_at", "released_ids", "row_key", "rows_in", "write_release"]
+           "StaleCursor", "find_rows", "list_quarantine", "moved_ids", "moved_to",
+           "parse_quarantine_id", "read_releases", "released_at", "released_ids", "row_key",
+           "rows_in", "write_release"]
 
 #: The id of a quarantined row (see the module docstring).
 QUARANTINE_ID_PATTERN = (r"^\d{4}-\d{2}-\d{2}\.[a-z0-9_]{1,32}\.\d{1,12}\.\d{1,9}\."
@@ -235,6 +236,10 @@ class Release:
     #: The rows' `QuarantineRow.key`s (empty in entries written before keys were kept:
     #: those count by `row_key` of their ids).
     keys: tuple[str, ...] = ()
+    #: For rows quarantined again rather than landed (`speed_layer.review`: a score whose
+    #: board left the registry), the new rows' ids in the order of `rows` (each id names
+    #: its file, so every file the writer split them into is recorded); empty for a landing.
+    moved_to: tuple[str, ...] = ()
 
 
 def _ledger(lake: Path) -> Path:
@@ -249,6 +254,8 @@ def write_release(lake: Path, release: Release) -> None:
     payload = {"seq": release.seq, "released_at": format_instant(release.released_at),
                "landed": release.landed, "rows": list(release.rows),
                "keys": list(release.keys)}
+    if release.moved_to:
+        payload["moved_to"] = list(release.moved_to)
     atomic_write_bytes(_ledger(lake) / f"{release.seq:012d}.json",
                        json.dumps(payload, indent=1).encode())
 
@@ -270,7 +277,8 @@ def read_releases(lake: Path) -> list[Release]:
                 continue  # died before landing: not released
         found.append(Release(
             raw["seq"], to_utc(datetime.fromisoformat(raw["released_at"])),
-            tuple(raw["rows"]), True, tuple(raw.get("keys", ()))))
+            tuple(raw["rows"]), True, tuple(raw.get("keys", ())),
+            tuple(raw.get("moved_to", ()))))
     return found
 
 
@@ -296,3 +304,17 @@ def released_ids(lake: Path) -> dict[str, datetime]:
 def released_at(done: dict[str, datetime], row: QuarantineRow) -> datetime | None:
     """When a done release (`released_ids`) landed `row`, None if none did."""
     return done.get(row.key, done.get(row_key(row.id)))
+
+
+def moved_ids(lake: Path) -> dict[str, str]:
+    """The key of every row a release quarantined again instead of landing it (`Release.
+    moved_to`) -> the new row's id; ask with `moved_to`. Such a row is in `released_ids`
+    too (it is listed `released`: the new row is the one to release)."""
+    return {key: new for release in read_releases(lake) if release.moved_to
+            for key, new in zip(release.keys or tuple(row_key(i) for i in release.rows),
+                                release.moved_to, strict=True)}
+
+
+def moved_to(moved: dict[str, str], row: QuarantineRow) -> str | None:
+    """The id `row` was quarantined again as (`moved_ids`), None if it was not."""
+    return moved.get(row.key, moved.get(row_key(row.id)))

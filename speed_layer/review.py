@@ -21,6 +21,8 @@ Once, whatever the timing:
 A score whose board is no longer a direct board of the registry cannot land: it is
 quarantined again with reason `unknown_board` and its old row marked released
 (`_requarantine`), so it is never lost and the listing finds it under the reason that holds.
+The ledger records the new rows' ids: the old id, released again, answers `requarantined`
+naming its new row (nothing landed; that row is the one to release once the board is back).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from leaderboard.quarantine import (
     QuarantineRow,
     Release,
     find_rows,
+    moved_ids,
+    moved_to,
     released_at,
     released_ids,
     rows_in,
@@ -65,9 +69,11 @@ RELEASE_STATUSES = {
     "already_released": "an earlier release landed it; nothing more lands",
     "duplicate": "the same event (match_id, player_id) already counts, or is earlier in "
                  "this release; nothing lands",
-    "rejected": "it still fails validation (see reason); it stays in the quarantine (a "
-                "score whose board left the registry: again, as a row of reason "
-                "unknown_board)",
+    "rejected": "it still fails validation (see reason); it stays in the quarantine",
+    "requarantined": "a score whose board is no longer a direct board of the registry: "
+                     "quarantined again with reason unknown_board under the id in detail "
+                     "(this row is marked released); nothing landed: release that row once "
+                     "the board is back",
     "not_found": "no quarantined row has this id",
     "in_flight": "another writer is landing the same event right now; release it again "
                  "shortly (a duplicate then if that landing succeeded, else it lands)",
@@ -115,6 +121,7 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
     with _open_writer(speed, wait) as writer:
         rows = find_rows(speed.lake, unique)
         done = released_ids(speed.lake)
+        moved = moved_ids(speed.lake)
         outcomes: dict[str, Outcome] = {}
         todo: list[QuarantineRow] = []
         for row_id in unique:
@@ -127,6 +134,9 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                 outcomes[row_id] = Outcome(row_id, "rejected",
                                            "the player's data was erased; this row keeps only "
                                            "a hash of the id and can never land", "erased")
+            elif (new := moved_to(moved, row)) is not None:
+                outcomes[row_id] = Outcome(row_id, "requarantined", _moved(new),
+                                           UNKNOWN_BOARD)
             elif (at := released_at(done, row)) is not None:
                 outcomes[row_id] = Outcome(row_id, "already_released",
                                            f"released at {format_instant(at)}; "
@@ -270,14 +280,19 @@ def _requarantine(speed: SpeedLayer, writer: LandingWriter, group: list[Quaranti
         "source": pa.array([f"release:{RELEASE_WRITER}"] * len(moving), pa.string()),
         "board": pa.array([r.board for r in moving], pa.string())})
     files = writer.quarantine(table, now)
-    # Marked landed at once: no events file backs it (its seq is the new rows' file's).
+    new_ids = tuple(r.id for f in files for r in rows_in(f))
+    # Marked landed at once: no events file backs it (its seq is the first new file's; the
+    # new ids name every file the rows were split into).
     write_release(speed.lake, Release(files[0].seq, now, tuple(r.id for r in moving), True,
-                                      tuple(r.key for r in moving)))
-    for row, new in zip(moving, [r for f in files for r in rows_in(f)], strict=True):
-        outcomes[row.id] = Outcome(row.id, "rejected",
-                                   f"{why}; quarantined again as {new.id} with reason "
-                                   f"{UNKNOWN_BOARD} (release that row once the board is back)",
+                                      tuple(r.key for r in moving), new_ids))
+    for row, new in zip(moving, new_ids, strict=True):
+        outcomes[row.id] = Outcome(row.id, "requarantined", f"{why}; {_moved(new)}",
                                    UNKNOWN_BOARD)
+
+
+def _moved(new_id: str) -> str:
+    return (f"quarantined again as {new_id} with reason {UNKNOWN_BOARD}; nothing landed: "
+            "release that row once the board is back")
 
 
 def _identities(table: pa.Table) -> set[tuple[str | None, ...]]:

@@ -3,6 +3,7 @@ once by the speed layer and the batch; a second release is a no-op that says so.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -316,14 +317,18 @@ def test_a_score_whose_board_left_the_registry_is_quarantined_as_unknown_board(
     other = SpeedLayer(redis_client, gone.registry, gone.lake_dir)
 
     [outcome], _ = release_rows(other, [row.id], LATER + timedelta(minutes=1))
-    assert (outcome.status, outcome.reason) == ("rejected", "unknown_board")
+    assert (outcome.status, outcome.reason) == ("requarantined", "unknown_board")
     [moved], _ = list_quarantine(settings.lake_dir, reason="unknown_board")
     assert moved.id in outcome.detail
     assert (moved.board, moved.values["match_id"], moved.values["points"]) == (
         "best-lap", "lap-7", "640")
     assert moved.values["event_time"] == row.values["event_time"]  # as sent
+    # Nothing landed from the old row: released again, it names its new row (review s6:
+    # it answered already_released, "an earlier release landed it").
     [again], _ = release_rows(other, [row.id], LATER + timedelta(minutes=1))
-    assert again.status == "already_released"
+    assert (again.status, again.reason) == ("requarantined", "unknown_board")
+    assert moved.id in again.detail
+    assert "nothing landed" in again.detail
     [stays], _ = release_rows(other, [moved.id], LATER + timedelta(minutes=2))
     assert (stays.status, stays.reason) == ("rejected", "unknown_board")
     assert len(list_quarantine(settings.lake_dir)[0]) == 2  # nothing more written
@@ -332,3 +337,43 @@ def test_a_score_whose_board_left_the_registry_is_quarantined_as_unknown_board(
     assert landed.status == "released", landed
     assert _laps(settings, redis_client) == [("cy", 640)]
     assert _events(settings.lake_dir).count(("lap-7", "cy")) == 1
+
+
+def test_scores_requarantined_into_several_files_each_name_their_new_row(
+        tmp_path, redis_client, monkeypatch):
+    """Review s6: the ledger kept only the first new file's seq when the writer split the
+    moved rows into several files, and a second release of an old id answered
+    `already_released`. Every old id answers `requarantined` with its own new row's id, at
+    once and when released again; nothing lands, and each new row lands once the board is
+    back."""
+    import leaderboard.lake as lake_module
+
+    settings = _settings(tmp_path)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    _scores(settings, speed, [("lap-7", "cy", 640), ("lap-8", "di", 610)],
+            played=NOW + timedelta(hours=1))
+    old = list_quarantine(settings.lake_dir)[0]
+    without = tmp_path / "without-best-lap.toml"
+    without.write_text(_registry_file(tmp_path, 2).read_text().replace(
+        'name = "best-lap"', 'name = "best-lap-2"'))
+    gone = Settings.from_env({"LEADERBOARD_DATA": str(settings.data_dir),
+                              "LEADERBOARD_CONFIG": str(without)})
+    other = SpeedLayer(redis_client, gone.registry, gone.lake_dir)
+    monkeypatch.setattr(lake_module, "BACKFILL_FILE_ROWS", 1)  # one new file per row
+
+    first, _ = release_rows(other, [r.id for r in old], LATER + timedelta(minutes=1))
+    moved = list_quarantine(settings.lake_dir, reason="unknown_board")[0]
+    assert len({m.id.split(".")[2] for m in moved}) == 2  # two files, two seqs
+    by_match = {m.values["match_id"]: m.id for m in moved}
+    want = [by_match[r.values["match_id"]] for r in old]
+    for outcomes in (first, release_rows(other, [r.id for r in old],
+                                         LATER + timedelta(minutes=2))[0]):
+        assert [o.status for o in outcomes] == ["requarantined"] * 2
+        assert [re.search(r"quarantined again as (\S+) with", o.detail)[1]  # type: ignore
+                for o in outcomes] == want
+    assert _events(settings.lake_dir) == []
+
+    monkeypatch.undo()
+    landed, _ = release_rows(speed, want, LATER + timedelta(minutes=3))
+    assert [o.status for o in landed] == ["released"] * 2
+    assert _laps(settings, redis_client) == [("di", 610), ("cy", 640)]

@@ -97,10 +97,11 @@ def release(service: AdminDep,
     """Validate each row again as it was sent and land those that pass, once: `results`
     says per id `released` (counts now, in the speed layer and the next batch),
     `already_released` (a no-op), `duplicate` (the same event already counts),
-    `rejected` (still invalid: `reason`; it stays in the quarantine, but for a score whose
-    board is no longer a direct board: quarantined again with reason `unknown_board`, the
-    new row's id in `detail`, the old one marked released), `in_flight` (another
-    writer is landing the same event right now: release it again shortly) or `not_found`."""
+    `rejected` (still invalid: `reason`; it stays in the quarantine), `requarantined` (a
+    score whose board is no longer a direct board: quarantined again with reason
+    `unknown_board`, the new row's id in `detail`, the old one marked released; nothing
+    landed, now or on a later release of the old id), `in_flight` (another writer is
+    landing the same event right now: release it again shortly) or `not_found`."""
     from speed_layer.review import ReleaseBusy
 
     try:
