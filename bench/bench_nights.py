@@ -11,7 +11,9 @@ Prints, as same-run figures (CPU seconds of this process: DuckDB's threads inclu
 
 1. flat nights (issue 13 goal 1): the batch CPU of the nights after --late days of history
    (mean of --span nights ending there) over those after --early days; goal <= 1.2x.
-   Default 60 days over 10; --large: 365 over 10.
+   Default 60 days over 10; --large: 365 over 10, at 3,000 events a day and 2,000 players
+   unless given (a night's fixed costs dominate there: one run at 30,000 a day took well
+   over an hour on a shared 2-core box).
 2. one new day / full at its size (issue 13 goal 3, at this size): the last night's batch
    against a full recompute as of the same day on the raw events before retention, with the
    standings rows the night rewrote over the rows the version publishes (which bounds it).
@@ -180,6 +182,13 @@ def _capped(memory_limit: str) -> Iterator[None]:
         batch.open_engine = open_engine
 
 
+def _pinned(settings: Settings, registry: Registry) -> Settings:
+    """`settings` whose registry is `registry` (its lazily read property filled in), so every
+    night and the final full recompute use the registry the run began with."""
+    settings.__dict__["registry"] = registry
+    return settings
+
+
 def _published_rows(lake: Path, manifest: Manifest) -> int:
     index = manifest.standings(lake)
     return int(sum(index.column("rows").to_pylist()))
@@ -253,8 +262,9 @@ def _print_phases(phases: dict[int, dict[str, float]], early: range, late: range
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--players", type=int, default=20_000)
-    parser.add_argument("--events-per-day", type=int, default=30_000)
+    parser.add_argument("--players", type=int, help="default 20,000 (--large: 2,000)")
+    parser.add_argument("--events-per-day", type=int,
+                        help="default 30,000 (--large: 3,000)")
     parser.add_argument("--days", type=int, default=60)
     parser.add_argument("--large", action="store_true", help="365 days of history")
     parser.add_argument("--early", type=int, default=10)
@@ -273,8 +283,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir())
                                                / "leaderboard-bench-cache"))
     args = parser.parse_args(argv)
+    small = args.quick or args.large
+    args.players = args.players or (2_000 if small else 20_000)
+    args.events_per_day = args.events_per_day or (3_000 if small else 30_000)
     if args.quick:
-        args.days, args.events_per_day, args.players = 14, 3_000, 2_000
+        args.days = 14
         args.early, args.span = min(args.early, 5), min(args.span, 3)
     days = 365 if args.large else args.days
     start = date(2026, 1, 1)
@@ -284,7 +297,12 @@ def main(argv: list[str] | None = None) -> None:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    root = _season(spec, Settings.from_env().registry, Path(args.cache), say)
+    # One registry for the whole run, read once: a Settings reads it lazily, and a run
+    # outlives edits to the tree (the old --large crash: its final full recompute loaded
+    # the registry file a rebase had changed an hour into the run, and the code loaded at
+    # the start refused the new file's `boards[3].source`).
+    registry = Settings.from_env().registry
+    root = _season(spec, registry, Path(args.cache), say)
     print(f"bench_nights: {days} nights of {args.events_per_day:,} events a day, "
           f"{args.players:,} players, DuckDB memory_limit {args.memory_limit}")
     every = args.every or max(1, days // 20)
@@ -298,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         data = Path(scratch) / "data"
         (data / "lake").mkdir(parents=True)
         shutil.copytree(root / "lake" / "events", data / "lake" / "events")
-        settings = Settings.from_env(data_dir=str(data))
+        settings = _pinned(Settings.from_env(data_dir=str(data)), registry)
         print(f"{'night':>6} {'as of':>10} {'mode':>11} {'batch CPU s':>11} {'wall s':>7} "
               f"{'after CPU s':>11} {'built':>6} {'carried':>7} {'dates read':>10} "
               f"{'rows written':>12} {'published':>10}")
@@ -326,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         full_data = Path(scratch) / "full"
         (full_data / "lake").mkdir(parents=True)
         (full_data / "lake" / "events").symlink_to(root / "lake" / "events")
-        full_settings = Settings.from_env(data_dir=str(full_data))
+        full_settings = _pinned(Settings.from_env(data_dir=str(full_data)), registry)
         full, full_manifest = _night(full_settings, nights[-1].day, full=True, dag=False)
         lake = settings.lake_dir
         same = _standings(lake, last) == _standings(full_data / "lake", full_manifest)

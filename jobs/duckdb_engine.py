@@ -217,6 +217,12 @@ class DuckDBEngine:
         self.con = duckdb.connect(config={"preserve_insertion_order": False})
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(f"SET threads = {int(threads or os.cpu_count() or 2)}")
+        # The histograms' ASOF joins (`_histograms`) must stay sort-merge joins: DuckDB
+        # plans an ASOF join whose left side it estimates small (the depth buckets, from an
+        # unnest it cannot size) as a nested loop over every right row before it, which is
+        # buckets x distinct scores per board-window (5M rows on 20k players, a third of a
+        # night's CPU, and growing with every player a long window gains).
+        self.con.execute("SET asof_loop_join_threshold = 0")
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         if temp_dir:
@@ -724,9 +730,12 @@ class DuckDBEngine:
         con.register("carry_t", carry)
         con.register("delta_t", delta.select(ROLLUP_SCHEMA.names).cast(ROLLUP_SCHEMA))
         paths = sorted({p for p in carry.column("path").to_pylist() if p})
+        # A table, not a view: the state is read by the player and match codes and by the
+        # aggregation, and a view would decode the carried files (the long windows, which
+        # grow with the history) once for each.
         if paths:
-            con.sql(f"""
-                CREATE OR REPLACE TEMP VIEW state_v AS
+            con.execute(f"""
+                CREATE OR REPLACE TEMP TABLE state_v AS
                 SELECT c.board, s.window_id, s.player_id, s.score, s.matches, s.reached_at,
                        s.first_event_at, s.last_event_at, s.last_match_id
                 FROM read_parquet({_sql_list(paths)}, filename = true,
@@ -734,16 +743,18 @@ class DuckDBEngine:
                 JOIN carry_t c ON c.path = s.filename AND c.window_id = s.window_id
             """)
         else:
-            con.register("state_v", _STATE_EMPTY)
+            con.register("state_empty", _STATE_EMPTY)
+            con.execute("CREATE OR REPLACE TEMP TABLE state_v AS SELECT * FROM state_empty")
+            con.unregister("state_empty")
 
     def finish(self) -> None:
         """Drop the per-run temp tables (after the standings reader is drained)."""
         self.con.execute("SET preserve_insertion_order = false")
         for table in ("scored", "spec_i", "cal_i", "bw_t", "players_i", "matches_i", "rm_i",
-                      "fan", "banned_i", "bw_stats", "rollup_rows", "coded", "key_groups"):
+                      "fan", "banned_i", "bw_stats", "rollup_rows", "coded", "key_groups",
+                      "state_v"):
             self.con.execute(f"DROP TABLE IF EXISTS {table}")
-        self.con.execute("DROP VIEW IF EXISTS state_v")
         for name in ("spec_t", "calendar_t", "needed_t", "banned_t", "rollup_index", "carry_t",
-                     "delta_t", "state_v"):
+                     "delta_t"):
             with contextlib.suppress(duckdb.Error):
                 self.con.unregister(name)

@@ -13,8 +13,9 @@ from datetime import date
 from pathlib import Path
 
 from app.generate import GenerateSpec
-from bench.bench_nights import _season
+from bench.bench_nights import _pinned, _season
 from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
 
 
 def test_a_cached_lake_is_reused_only_under_the_registry_it_was_generated_with(
@@ -30,3 +31,13 @@ def test_a_cached_lake_is_reused_only_under_the_registry_it_was_generated_with(
     assert len(said) == 2
     assert json.loads((first / "complete.json").read_text())["registry"] == default.fingerprint
     assert json.loads((other / "complete.json").read_text())["registry"] == football.fingerprint
+
+
+def test_a_run_keeps_the_registry_it_began_with(tmp_path: Path) -> None:
+    """Every night and the final full recompute use the registry read at the start, never
+    the file again: the old --large run crashed in its last step, an hour in, loading a
+    registry file a rebase of the tree had changed meanwhile."""
+    registry = load_registry("football")
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path),
+                                  "LEADERBOARD_CONFIG": str(tmp_path / "gone.toml")})
+    assert _pinned(settings, registry).registry is registry

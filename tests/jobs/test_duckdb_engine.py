@@ -1,20 +1,24 @@
 """jobs.duckdb_engine: a full recompute aggregated and sorted in several parts (runs of
-board-windows, sized to the memory limit) publishes the same bytes as one part."""
+board-windows, sized to the memory limit) publishes the same bytes as one part; plans whose
+shape is the point (not their timing)."""
 
 from __future__ import annotations
 
 import shutil
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from lakes import EVERY_KIND, registry_from, write_registry
+from lakes import EVERY_KIND, day, land, random_stream, registry_from, write_registry
 
 import jobs.duckdb_engine as duckdb_engine
 from app.generate import GenerateSpec
 from app.season import generate_season
+from jobs import batch
 from jobs.batch import run_batch
+from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
 
 START = date(2026, 11, 26)
@@ -69,3 +73,60 @@ def test_parts_publish_what_one_part_does(tmp_path: Path, monkeypatch: pytest.Mo
     assert got.keys() == want.keys()
     for key, table in want.items():
         assert got[key].equals(table), key
+
+
+NIGHTS_START = day("2026-11-28")
+
+
+class _Plans:
+    """A connection that records the physical plan of every statement with an ASOF join."""
+
+    def __init__(self, con: Any) -> None:
+        self._con = con
+        self.plans: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def _explain(self, sql: str) -> None:
+        if "ASOF JOIN" in sql:
+            self.plans.append(str(self._con.execute("EXPLAIN " + sql).fetchall()[0][1]))
+
+    def sql(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+        self._explain(sql)
+        return self._con.sql(sql, *args, **kwargs)
+
+    def execute(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            self._explain(sql)
+        return self._con.execute(sql, *args, **kwargs)
+
+
+def test_the_histograms_asof_joins_stay_sort_merge_joins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The depth histogram finds each bucket's first and last rows by ASOF joins over the
+    (board-window, sort key) groups. DuckDB planned them as a nested loop over every group
+    before each bucket (buckets x distinct scores per board-window: a third of a night's
+    CPU at 20k players, growing as the long windows fill; issue 13 goal 1). Fails on the
+    old engine: its plan holds a NESTED_LOOP_JOIN and no ASOF join."""
+    data = tmp_path / "data"
+    lake = data / "lake"
+    lake.mkdir(parents=True)
+    registry = load_registry()
+    land(lake, registry, random_stream(3, start=NIGHTS_START, days=2, matches=80, players=40))
+    engines: list[_Plans] = []
+
+    def spying(name: str, **options: Any) -> Any:
+        engine = duckdb_engine.DuckDBEngine()
+        engine.con = _Plans(engine.con)  # type: ignore[assignment]
+        engines.append(engine.con)  # type: ignore[arg-type]
+        return engine
+
+    monkeypatch.setattr(batch, "open_engine", spying)
+    batch.run_batch(Settings.from_env({"LEADERBOARD_DATA": str(data)}),
+                    (NIGHTS_START + timedelta(days=2)).date(), publish=False)
+    plans = [plan for spy in engines for plan in spy.plans]
+    assert plans, "the histograms ran no ASOF join"
+    for plan in plans:
+        assert "ASOF" in plan.upper()
+        assert "NESTED_LOOP" not in plan.upper().replace(" ", "_")
