@@ -167,6 +167,26 @@ def _voids_waiting(lake: Path, published: Manifest) -> str | None:
             "night does), then retention again")
 
 
+def _live_waiting(lake: Path, published: Manifest, speed: SpeedWatermark) -> str | None:
+    """Why a deletion must wait for the live layer's rebase (None: it need not). The live
+    layer applies a void its version had not seen (at or after that version's watermark)
+    by recomputing the player's base part from the raw rows the version absorbed; with a
+    newer version published but not served yet, those rows may be in partitions the
+    published one no longer needs, and once they are gone the next recompute on the live
+    version (a ban and unban, another void) would bring the voided result back. So while
+    the live layer serves an older version than the published one and a void is late for
+    it, nothing is deleted."""
+    if (not speed.present or speed.version is None or speed.watermark is None
+            or speed.version == published.version):
+        return None
+    if not any(v.at >= speed.watermark for v in read_voids(lake)):
+        return None
+    return (f"the live layer serves batch version {speed.version}, older than the published "
+            f"{published.version}, and applies voids from the raw events that version "
+            "absorbed: deleting nothing; rebase the speed layer onto the published version "
+            "(the DAG's rebase step does), then run retention again")
+
+
 def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
                     dry_run: bool = False, say: Say | None = None) -> RetentionReport:
     """Delete the expired raw-event partitions nothing needs any more; safe to rerun."""
@@ -185,7 +205,7 @@ def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: Spee
             say(report.skipped)
             return report
         watermark = min(watermark, speed.watermark)
-    waiting = _voids_waiting(lake, published)
+    waiting = _voids_waiting(lake, published) or _live_waiting(lake, published, speed)
     if waiting:
         report.skipped = waiting
         say(report.skipped)

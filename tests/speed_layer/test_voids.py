@@ -545,3 +545,47 @@ def test_after_retention_a_void_on_a_date_whose_raw_events_do_not_add_up_stays_o
     speed.rebase(run_batch(settings, date(2026, 11, 26), step=told.append).manifest)
     assert any("raw events of 2026-11-24" in m for m in told), told
     assert score() == 15
+
+
+def test_retention_waits_for_the_live_version_before_deleting_raw_events_a_void_needs(
+        world, redis_client):
+    """The live layer applies a late void from raw rows the version it serves absorbed.
+    Retention checked only the published version: with a newer version published but the
+    live layer not rebased yet, it deleted the partition of the voided result, and the next
+    recompute of the player on the live version (a ban and an unban) found nothing to
+    recompute and brought the voided result back. Now retention waits until the live layer
+    serves the published version when a void is late for the live one."""
+    lake, registry, speed, settings = world
+    ingest(speed, lake, registry, [_row("m-a", "ann", 3, "2026-11-20T11:00:00"),
+                                   _row("m-bad", "p000", 10, "2026-11-24T11:00:00"),
+                                   _row("m-ok", "p000", 5, "2026-11-24T12:00:00"),
+                                   _row("m-b", "ann", 4, "2026-11-25T09:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
+
+    def score() -> int:
+        served = Leaderboards(lake, registry, redis_client,
+                              now=lambda: day("2026-11-28T12:00:00"))
+        return int(served.player("global", "p000", "all-time")["score"])
+
+    def live() -> SpeedWatermark:
+        pointer = speed.current()
+        return SpeedWatermark(present=True, watermark=pointer.watermark,
+                              version=pointer.version)
+
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live()).deleted == [
+        "2026-11-20"]
+    speed.void_applied("m-bad", "p000", day("2026-11-26T01:00:00"), "exploit")
+    assert score() == 5
+    published = run_batch(settings, date(2026, 11, 26)).manifest  # no rebase yet
+    waited = apply_retention(lake, date(2026, 11, 28), 3, speed=live())
+    assert waited.deleted == []
+    assert waited.skipped is not None
+    assert "rebase" in waited.skipped
+    speed.ban("p000", day("2026-11-26T02:00:00"))
+    speed.unban("p000", day("2026-11-26T03:00:00"))
+    assert score() == 5
+    speed.rebase(published)
+    assert "2026-11-24" in apply_retention(lake, date(2026, 11, 28), 3, speed=live()).deleted
+    speed.ban("p000", day("2026-11-26T04:00:00"))
+    speed.unban("p000", day("2026-11-26T05:00:00"))
+    assert score() == 5
