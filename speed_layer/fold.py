@@ -350,12 +350,13 @@ def _text(values: np.ndarray | pa.Array) -> pa.Array:
 
 
 def plan_updates(table: pa.Table, registry: Registry,
-                 watermark: datetime | None) -> list[Update]:
+                 watermark: datetime | None, *, saturate: bool = True) -> list[Update]:
     """Aggregate landed events per (board-window, player) with the counting rule.
 
     Only events with ingested_at >= watermark are speed events (the batch absorbed the rest).
     A backfill row counts in every window its event_time falls in (files without the
-    column hold none).
+    column hold none). `saturate` False leaves sums unclamped, for a caller that adds
+    them to other parts and clamps once (speed_layer.seed.seed_updates).
     """
     if watermark is not None and table.num_rows:
         table = table.filter(pc.greater_equal(table.column("ingested_at"),
@@ -415,7 +416,7 @@ def plan_updates(table: pa.Table, registry: Registry,
                 if board.aggregation == "sum":
                     update = _sum(board, window, bits, chunk, player_code, player_names,
                                   points, t_of if board.ties == "earliest" else None,
-                                  layout.limit)
+                                  layout.limit if saturate else _UNSATURATED)
                 else:
                     update = _ranked(board, window, bits, pa.table({
                         "player": players.take(pa.array(chunk)),
@@ -462,6 +463,10 @@ class _KindWindows:
             assert window is not None
             assert window.id == self._ids[w_index]
             yield window, chunk
+
+
+#: The clamp of an unsaturated sum (`plan_updates(saturate=False)`): int64 room.
+_UNSATURATED = 2**62
 
 
 def _exact_sums(codes: np.ndarray, points: np.ndarray, size: int, present: np.ndarray,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,9 +27,9 @@ from leaderboard.lateness import lateness_bits
 from leaderboard.manifest import Manifest
 from leaderboard.registry import Board, Registry
 from leaderboard.timeutil import duration_us, epoch_us
-from speed_layer.fold import Update, mark_time, value_fields
+from speed_layer.fold import Update, mark_time, plan_updates, value_fields
 
-__all__ = ["ROLLUP_COLUMNS", "player_rollups", "rollup_updates"]
+__all__ = ["ROLLUP_COLUMNS", "player_rollups", "rollup_updates", "seed_updates"]
 
 #: The rollup columns a seed reads (jobs.spec.ROLLUP_SCHEMA names them alike).
 ROLLUP_COLUMNS = ("player_id", "event_date", "region", "mode", "mask", "matches", "points_sum",
@@ -120,3 +121,39 @@ def _update(board: Board, window: Window, rows: pa.Table, registry: Registry) ->
                   "t": since_start("last_event_at")}
     return Update(board, window, layout.time_bits, rows.column("player_id").combine_chunks(),
                   [pc.cast(values[name], pa.string()) for name in value_fields(board)])
+
+
+def seed_updates(rows: pa.Table, rollups: pa.Table | None, registry: Registry) -> list[Update]:
+    """A seed's updates: the raw rows' (`plan_updates`, unsaturated) and the rollup rows'
+    (`rollup_updates`), a sum board's combined into one line per (board-window, player)
+    and clamped once, as the batch sums every rollup row of a player before it saturates:
+    FOLD_SCRIPT clamps at each line, so lines L+5 then -10 would give L-10, not L-5."""
+    sums: dict[tuple[str, str], tuple[Board, Window, int, dict[str, list[int]]]] = {}
+    kept: list[Update] = []
+    for update in (plan_updates(rows, registry, None, saturate=False)
+                   + rollup_updates(rollups, registry)):
+        board = update.board
+        if board.aggregation != "sum":
+            kept.append(update)
+            continue
+        found = sums.setdefault((board.name, update.window.id),
+                                (board, update.window, update.time_bits, {}))[3]
+        columns: list[list[Any]] = [v.to_pylist() for v in update.values]
+        for i, player in enumerate(update.players.to_pylist()):
+            delta = int(columns[0][i])
+            if player not in found:
+                found[player] = [delta] + [int(c[i]) for c in columns[1:]]
+                continue
+            found[player][0] += delta
+            if len(columns) > 1:  # earliest ties: t of the latest event
+                found[player][1] = max(found[player][1], int(columns[1][i]))
+    for board, window, time_bits, players in sums.values():
+        limit = registry.layout(board, window.kind).limit
+        names = sorted(players)
+        values = [[max(-limit, min(limit, players[p][0])) for p in names]]
+        if board.ties == "earliest":
+            values.append([players[p][1] for p in names])
+        kept.append(Update(board, window, time_bits, pa.array(names, pa.string()),
+                           [pa.array([str(v) for v in column], pa.string())
+                            for column in values]))
+    return kept

@@ -52,7 +52,7 @@ from leaderboard.voids import ALL_PLAYERS, Void, VoidIndex, VoidLimit, read_void
 from speed_layer.door import Admission, Claim, ClaimPending, Door, RecordLost
 from speed_layer.fold import FOLD_SCRIPT, Folder, identities, plan_updates, predecessors
 from speed_layer.rate import held_ids, rate_key
-from speed_layer.seed import player_rollups, rollup_updates
+from speed_layer.seed import player_rollups, seed_updates
 
 __all__ = ["Admitted", "RebuildRunning", "SpeedLayer", "SpeedStatus", "VoidApplied"]
 
@@ -674,8 +674,7 @@ class SpeedLayer:
         seed = self._seed(version, player)
         calls: dict[tuple[str, str], list[Any]] = {}
         if seed is not None:
-            updates = plan_updates(seed.rows, self.registry, None) + rollup_updates(
-                seed.rollups, self.registry)
+            updates = seed_updates(seed.rows, seed.rollups, self.registry)
             for call in self.folder.calls_of(version, "seed", 0, updates, mode="seed",
                                              banned=set(), floor=-1, based=False):
                 calls.setdefault((call.keys.board, call.keys.window_id), []).append(call)
