@@ -73,6 +73,9 @@ class VoidLimit:
     #: event dates after the line whose kept raw events no longer give back what the batch
     #: counted (`leaderboard.retained.redoable`): neither layer recomputes them either
     refused: tuple[date, ...] = ()
+    #: the rows seen may not be the whole match (a whole match's void with results on
+    #: dates at or before the line): results whose raw rows retention deleted are unlisted
+    partial: bool = False
 
     def message(self) -> str:
         """The plain sentence an operator reads (CLI, HTTP)."""
@@ -89,15 +92,17 @@ class VoidLimit:
             refused = (f" The raw events still kept of {dates} no longer add up to what the "
                        "batch counted for those dates (a copy of some result there was in a "
                        "deleted partition), so those dates are not recomputed either.")
+        partial = (" Results of this match whose raw events were in deleted partitions are "
+                   "not listed: they may also still count." if self.partial else "")
         return (f"{len(self.kept)} result(s) of {self.void.describe()} could not be removed: "
                 f"{results}. Retention deleted raw events of event dates on or before "
                 f"{self.line.isoformat()}, so neither the live boards nor any later batch can "
                 f"recompute them: they still count on every board and window they fell in."
-                f"{refused} Results of other dates are removed.")
+                f"{refused}{partial} Results of other dates are removed.")
 
     def as_dict(self) -> dict[str, object]:
         return {"line": self.line.isoformat(), "unseen": self.unseen,
-                "refused": [d.isoformat() for d in self.refused],
+                "refused": [d.isoformat() for d in self.refused], "partial": self.partial,
                 "results": [{"player_id": p, "event_date": d.isoformat()}
                             for p, d in self.kept],
                 "message": self.message()}

@@ -953,8 +953,11 @@ class SpeedLayer:
         refused = (later - self._redoable(version, later)
                    if later and version.version is not None else set())
         kept = sorted((p, d) for p, d in named if d <= line or d in refused)
-        return VoidLimit(void, line, tuple(kept), unseen=False,
-                         refused=tuple(sorted(refused))) if kept else None
+        # A whole match with results at or before the line: others of it may have had their
+        # raw rows in deleted partitions, unseen here.
+        partial = void.player_id is None and any(d <= line for _, d in kept)
+        return VoidLimit(void, line, tuple(kept), unseen=False, refused=tuple(sorted(refused)),
+                         partial=partial) if kept else None
 
     def _apply_void(self, version: SpeedVersion, void: Void,
                     rows: pa.Table | None = None) -> list[str]:

@@ -589,3 +589,28 @@ def test_retention_waits_for_the_live_version_before_deleting_raw_events_a_void_
     speed.ban("p000", day("2026-11-26T04:00:00"))
     speed.unban("p000", day("2026-11-26T05:00:00"))
     assert score() == 5
+
+
+def test_after_retention_a_whole_match_void_says_results_in_deleted_partitions_may_stay(
+        world, redis_client):
+    """A whole match's void after retention lists the results it sees in kept partitions
+    on dates at or before the safe line; a result of the same match whose raw row was in a
+    deleted partition is not seen, so the list alone read as complete. The message now says
+    that results in deleted partitions may stay too, when the void is of a whole match."""
+    lake, registry, speed, settings = world
+    late = dict(_row("m-x", "dee", 6, "2026-11-21T23:00:00"),
+                ingested_at=day("2026-11-22T01:00:00"))
+    ingest(speed, lake, registry, [_row("m-x", "ann", 4, "2026-11-21T22:00:00"), late,
+                                   _row("m-b", "ann", 4, "2026-11-25T09:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
+    pointer = speed.current()
+    live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live).deleted == [
+        "2026-11-21"]
+    limit = speed.void_applied("m-x", None, day("2026-11-26T01:00:00"), "exploit").limit
+    assert limit is not None
+    assert limit.kept == (("dee", date(2026, 11, 21)),)
+    assert "deleted partitions" in limit.message()
+    assert "may" in limit.message()
+    one = speed.void_applied("m-b", "ann", day("2026-11-26T02:00:00"), "exploit").limit
+    assert one is None  # 11-25 is after the line: removed
