@@ -58,6 +58,7 @@ from leaderboard.manifest import (
     Manifest,
     list_versions,
     manifests_dir,
+    rollup_files,
     swap_current,
     watermark_for,
     write_version,
@@ -739,11 +740,8 @@ def _dates_with(lake: Path, rollups: dict[str, dict[str, Any]], players: set[str
     if not players:
         return set()
     wanted = pa.array(sorted(players), pa.string())
-    by_path: dict[str, list[date]] = {}
-    for day, entry in rollups.items():
-        by_path.setdefault(entry["path"], []).append(date.fromisoformat(day))
     found: set[date] = set()
-    for path, days in sorted(by_path.items()):
+    for path, days in sorted(rollup_files(rollups).items()):
         # A file may also hold rows of dates a later run rewrote: only its own dates count.
         table = pq.read_table(lake / path, columns=["event_date", "player_id"],
                               filters=pc.field("player_id").isin(wanted)

@@ -28,11 +28,22 @@ __all__ = [
     "manifests_dir",
     "read_current",
     "read_version",
+    "rollup_files",
     "swap_current",
     "version_as_of",
     "watermark_for",
     "write_version",
 ]
+
+
+def rollup_files(rollups: dict[str, dict[str, Any]]) -> dict[str, list[date]]:
+    """{rollup file path: the event dates a version reads from it} from `Manifest.rollups`:
+    a file may also hold rows of dates a later run rewrote, so a reader filters each file
+    to its own dates (the batch's ban check, the speed layer's seed)."""
+    by_path: dict[str, list[date]] = {}
+    for day, entry in rollups.items():
+        by_path.setdefault(entry["path"], []).append(date.fromisoformat(day))
+    return by_path
 
 
 class ManifestError(RuntimeError):

@@ -14,7 +14,6 @@ the batch combines rollups into standings.
 
 from __future__ import annotations
 
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 
 from leaderboard.calendar import ALL_TIME, Window
 from leaderboard.lateness import lateness_bits
-from leaderboard.manifest import Manifest
+from leaderboard.manifest import Manifest, rollup_files
 from leaderboard.registry import Board, Registry
 from leaderboard.timeutil import duration_us, epoch_us
 from speed_layer.fold import Update, mark_time, plan_updates, value_fields
@@ -40,13 +39,10 @@ ROLLUP_COLUMNS = ("player_id", "event_date", "region", "mode", "mask", "matches"
 def player_rollups(lake: Path, manifest: Manifest, player: str) -> pa.Table:
     """The player's rollup rows in `manifest`'s version: each file read for the event dates
     the manifest maps to it only (a file may hold rows of dates a later run rewrote)."""
-    by_path: dict[str, list[date]] = {}
-    for day, entry in manifest.rollups(lake).items():
-        by_path.setdefault(entry["path"], []).append(date.fromisoformat(day))
     parts = [pq.read_table(lake / path, columns=list(ROLLUP_COLUMNS),
                            filters=(pc.field("player_id") == player)
                            & pc.field("event_date").isin(pa.array(days, pa.date32())))
-             for path, days in sorted(by_path.items())]
+             for path, days in sorted(rollup_files(manifest.rollups(lake)).items())]
     if not parts:  # a version without rollups (no event yet)
         return pa.table({"player_id": pa.array([], pa.string()),
                          "event_date": pa.array([], pa.date32())})
