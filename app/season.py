@@ -8,8 +8,6 @@ files and seqs are exactly those of a sequential run, and reports what landed.
 from __future__ import annotations
 
 import contextlib
-import queue
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
@@ -20,6 +18,7 @@ from typing import TypeVar
 
 from app.generate import GenerateSpec, generate_scores, simulate, total_rows
 from leaderboard.lake import LandingWriter
+from leaderboard.read_ahead import read_ahead
 from leaderboard.registry import Registry
 from leaderboard.validation import Validated, validate_events, validate_scores
 
@@ -65,51 +64,14 @@ def season_key(spec: GenerateSpec, registry: Registry) -> str:
 # -- threaded stages ---------------------------------------------------------------------------
 
 _T = TypeVar("_T")
-_DONE = object()
 
 
 def _in_thread(items: Iterator[_T], name: str, depth: int = 3) -> Generator[_T, None, None]:
-    """Run an iterator in its own thread, up to `depth` items ahead of the consumer.
-
-    numpy, Arrow compute and the Parquet writer release the GIL in their kernels, so chaining
-    stages this way (generate | validate | land) keeps both cores busy. Order and content are
-    unchanged; an error in the thread is raised in the consumer.
-    """
-    handoff: queue.Queue[object] = queue.Queue(depth)
-    stop = threading.Event()
-
-    def offer(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not offer(item):
-                    return
-            offer(_DONE)
-        except BaseException as exc:  # any error, KeyboardInterrupt too: re-raised below
-            offer(exc)
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=produce, name=name, daemon=True)
-    worker.start()
-    try:
-        while (item := handoff.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
-    finally:
-        stop.set()
-        worker.join()
+    """Run an iterator in its own thread, up to `depth` items ahead of the consumer
+    (leaderboard.read_ahead): numpy, Arrow compute and the Parquet writer release the GIL in
+    their kernels, so chaining stages this way (generate | validate | land) keeps both cores
+    busy. Order and content are unchanged; an error in the thread is raised in the consumer."""
+    return read_ahead(items, name=name, depth=depth).items
 
 
 def _timed(items: Iterator[_T], busy: dict[str, float],

@@ -9,8 +9,6 @@ they are counted here, batch by batch, and the strings are looked up by code wit
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -18,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.spec import STANDINGS_SCHEMA
+from leaderboard.read_ahead import read_ahead
 
 __all__ = ["RANKED_SCHEMA", "Prefetched", "prefetched", "rank_stream"]
 
@@ -122,50 +121,9 @@ class Prefetched:
 
 def prefetched(reader: pa.RecordBatchReader) -> Prefetched:
     """`reader`'s batches, produced by a thread of their own up to `_AHEAD` batches ahead of
-    the consumer: the engine's sort of the next part and the ranking run while the writer
-    compresses the previous rows (Parquet encoding and DuckDB both release the GIL), instead
-    of each waiting for the other. An error in the producer is raised to the consumer; a
-    consumer that stops early calls `stop`, so a failed writer does not leave the producer
-    running the engine's query (dropping the stream stops it too, but only once it is
-    garbage collected, and an exception's traceback keeps it alive). Nothing the producer
-    holds refers to the consumer's stream, so dropping that stream can still stop it."""
-    ready: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(_AHEAD)
-    stopping = threading.Event()
-
-    def put(item: pa.RecordBatch | BaseException | None) -> bool:
-        while not stopping.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for batch in reader:
-                if not put(batch):
-                    return
-        except BaseException as error:  # handed to the consumer, raised there
-            put(error)
-            return
-        put(None)
-
-    thread = threading.Thread(target=produce, name="standings-prefetch", daemon=True)
-
-    def stop() -> None:
-        stopping.set()
-        if thread.is_alive():
-            thread.join()
-
-    def consume() -> Iterator[pa.RecordBatch]:
-        thread.start()
-        try:
-            while (item := ready.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            stop()
-
-    return Prefetched(pa.RecordBatchReader.from_batches(reader.schema, consume()), stop)
+    the consumer (leaderboard.read_ahead): the engine's sort of the next part and the ranking
+    run while the writer compresses the previous rows, instead of each waiting for the other.
+    A consumer that stops early (a failed writer) calls `stop`, so the producer does not go
+    on running the engine's query."""
+    ahead = read_ahead(reader, name="standings-prefetch", depth=_AHEAD)
+    return Prefetched(pa.RecordBatchReader.from_batches(reader.schema, ahead.items), ahead.stop)
