@@ -359,6 +359,13 @@ R = date(2026, 11, 20)  # the first event date; retention at R+5 keeping 3 days 
 LIVE = day("2026-11-26T00:00:00")  # the live version's watermark (as of R+5)
 
 
+def all_time_score(lake: Path, registry, client: redis.Redis, now: str,
+                   player: str = "p000") -> int:
+    """The player's merged global all-time score, served at `now`."""
+    served = Leaderboards(lake, registry, client, now=lambda: day(now))
+    return int(served.player("global", player, "all-time")["score"])
+
+
 def assert_served_exactly(lake: Path, reference_lake: Path, registry, client: redis.Redis,
                           now: str = "2026-11-27T00:00:00") -> None:
     """Every board-window's merged order, scores, sort keys and total equal the batch of
@@ -526,9 +533,7 @@ def test_after_retention_a_void_on_a_date_whose_raw_events_do_not_add_up_stays_o
     speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
 
     def score() -> int:
-        served = Leaderboards(lake, registry, redis_client,
-                              now=lambda: day("2026-11-26T12:00:00"))
-        return int(served.player("global", "p000", "all-time")["score"])
+        return all_time_score(lake, registry, redis_client, "2026-11-26T12:00:00")
 
     assert score() == 15
     pointer = speed.current()
@@ -563,9 +568,7 @@ def test_retention_waits_for_the_live_version_before_deleting_raw_events_a_void_
     speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
 
     def score() -> int:
-        served = Leaderboards(lake, registry, redis_client,
-                              now=lambda: day("2026-11-28T12:00:00"))
-        return int(served.player("global", "p000", "all-time")["score"])
+        return all_time_score(lake, registry, redis_client, "2026-11-28T12:00:00")
 
     def live() -> SpeedWatermark:
         pointer = speed.current()
