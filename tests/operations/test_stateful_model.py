@@ -291,9 +291,11 @@ class OperationsMachine(RuleBasedStateMachine):
     def submit_scores(self, writer: str, deltas: list[tuple[str, int]],
                       age_minutes: int) -> None:
         """Deltas submitted to the direct board `coins` under the latest match's id: another
-        identity than that match's events (board, match, player), counted on `coins` only."""
+        identity than that match's events (board, match, player), counted on `coins` only.
+        Before any match, `m0`: an id no match takes (the next match is m1, and a burst's
+        `coins` score under it would be a retry of this one, not a new row to admit)."""
         STATS["submit_scores"] += 1
-        match_id = f"m{max(self.matches, 1)}"
+        match_id = f"m{self.matches}"
         rows = [{"match_id": match_id, "player_id": player, "points": delta, "board": "coins",
                  "event_time": self.now - timedelta(minutes=age_minutes)}
                 for player, delta in deltas
