@@ -4,13 +4,17 @@ Order: the ledger (the id's salted hash: ingest refuses the id from then on) and
 files (`jobs.erase`); the live version re-published under a new version id with the same
 files (every serving process keys its base arrays by version id, so all of them drop the
 cached arrays that held the player within a second); the speed state rebuilt on it from the
-erased lake by a rebase, every other version's keys and the keys naming the id deleted
-(`SpeedLayer.erase`); the warehouse rebuilt; Redis's AOF rewritten (and its snapshot, when
-it keeps one) so no byte of the id stays in its files either.
+erased lake by a rebase; then, once every server has had time to follow the pointer to it
+(`settle`: the longest a server reuses a pointer it read), every other version's keys and
+the keys naming the id deleted (`SpeedLayer.erase`), so no server answers from an old
+version's base arrays or from its deleted keys; the warehouse rebuilt; Redis's AOF
+rewritten (and its snapshot, when it keeps one) so no byte of the id stays in its files
+either.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,10 +35,13 @@ from speed_layer.service import SpeedLayer
 __all__ = ["erase_player"]
 
 
-def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *,
-                 say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, settle: float,
+                 say: Callable[[str], None] = lambda _m: None,
+                 sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Erase `player` from the lake, the versions, Redis and the warehouse; returns what
-    was done (counts, never the id's data)."""
+    was done (counts, never the id's data). `settle`: seconds a serving process may reuse
+    the speed version pointer it read (`app.http.service.POINTER_TTL`); the old versions'
+    keys are deleted only that long after the pointer moved past them."""
     lake, now = settings.lake_dir, settings.now()
     report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
     # Nothing of the id in the lake (an id never seen, or erased before): no version or
@@ -57,9 +64,12 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *,
                 state = speed.current()
         except StateLost:
             state = None
+        moved = state is None or found  # a rebase or a rebuild moved the pointer
         if state is None:
             speed.rebuild(now)
             state = speed.current()
+        if moved:
+            sleep(settle)  # every server now reads the new pointer: the old keys are unread
         deleted = speed.erase(player, keep=state.tag)
         result["redis"] = {"keys_deleted": deleted, "rewritten": speed.rewrite_persistence()}
         say(f"Redis: {deleted} key(s) deleted, files rewritten: "

@@ -167,7 +167,7 @@ def test_erasure_leaves_no_byte_of_the_id_and_everyone_elses_ranks_right(world, 
     assert _holding(settings.data_dir)  # the id is everywhere before
     assert _redis_holding(client)
 
-    result = erase_player(settings, speed, VICTIM)
+    result = erase_player(settings, speed, VICTIM, settle=0.0)
     assert result["lake"]["versions"] == 2  # both batches (the live one is then re-published)
     assert set(result["redis"]["rewritten"]) == {"aof"}
 
@@ -208,3 +208,37 @@ def test_erasure_leaves_no_byte_of_the_id_and_everyone_elses_ranks_right(world, 
     assert (report.accepted, report.rejected) == (0, 1)
     assert report.reasons == {"erased": 1}
     assert _settled_holding(settings.data_dir) == []
+
+
+def test_no_server_answers_from_an_old_version_once_the_erasure_returns(world):
+    """Regression (a CI run: the console's erase confirmed, then the player still `ranked`):
+    a server reuses the version pointer it read for a second, so right after an erasure it
+    answered from the old version's cached base arrays, the id in them. The erasure now
+    waits `settle` seconds after the pointer moved before it deletes the old versions' keys
+    and returns: a reader holding the old pointer is answered consistently (old version,
+    keys still there) while it waits, and from the erased version after."""
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(63, start=START, days=2,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    run_batch(settings, date(2026, 11, 29))
+    old = speed.rebase(read_current(lake))
+    clock = [0.0]
+    reader = Leaderboards(lake, registry, client, now=settings.now, pointer_ttl=1.0)
+    reader._clock = lambda: clock[0]
+    before = reader.player("global", VICTIM)
+    assert before["status"] == "ranked"  # and the reader holds the old pointer from now
+
+    waits: list[tuple[float, bool, str]] = []
+
+    def sleep(seconds: float) -> None:
+        moved = speed.current().tag != old.tag
+        waits.append((seconds, moved, reader.player("global", VICTIM)["status"]))
+        clock[0] += seconds
+
+    erase_player(settings, speed, VICTIM, settle=1.0, sleep=sleep)
+    # One wait of `settle`, after the pointer moved, while the old version still answered.
+    assert waits == [(1.0, True, "ranked")]
+    after = reader.player("global", VICTIM)
+    assert (after["status"], after["rank"]) == ("unranked", None)
+    assert reader.version().version.tag == speed.current().tag

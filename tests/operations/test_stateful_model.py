@@ -512,7 +512,7 @@ class OperationsMachine(RuleBasedStateMachine):
         settings = Settings.from_env({"LEADERBOARD_DATA": str(self.settings.data_dir),
                                       "LEADERBOARD_CONFIG": str(self.tmp / "registry.toml"),
                                       "LEADERBOARD_NOW": self.now.isoformat()})
-        answer = erase_player(settings, self.writers["a"].speed, player)
+        answer = erase_player(settings, self.writers["a"].speed, player, settle=0.0)
         assert answer["status"] == "erased", answer
         self.model.erase(player)
         self._check_held()  # their held rows left the quarantine too
