@@ -72,6 +72,13 @@ class Board:
         return self.source == "direct"
 
     @property
+    def mixed_sum(self) -> bool:
+        """A `sum` board whose points may be of either sign: its total can pass the key's
+        limit and come back, so its score is the exact total clamped once, which the speed
+        layer keeps per player beside the clamped key (speed_layer.fold)."""
+        return self.aggregation == "sum" and self.min_points < 0 < self.max_points
+
+    @property
     def score_field(self) -> str:
         """What a submission to a direct board carries: `delta` (added to the player's
         total) for a sum board, `score` for a max|min|last board."""

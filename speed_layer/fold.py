@@ -59,16 +59,21 @@ __all__ = ["FOLD_SCRIPT", "KEPT_BASES", "PROGRESS_SCRIPT", "BaseKeys", "Call", "
 _US_PER_DAY = 86_400_000_000
 
 #: KEYS: M, T, C, L, B. ARGV: writer, seq, mode, aggregation, sign, earliest (0|1),
-#: 2^time_bits, based rows, plain rows, the writer's floor. A row is its fields, each
-#: followed by '\n' (player and match ids never hold a control character). Plain row:
-#: player, values; based row (the player has a base key in this version): player, base key,
-#: base mark (`last` only), values.
+#: 2^time_bits, based rows, plain rows, the writer's floor, mixed-sign sum (0|1). A row is
+#: its fields, each followed by '\n' (player and match ids never hold a control character).
+#: Plain row: player, values; based row (the player has a base key in this version): player,
+#: base key, base mark (`last` only), values.
 #: Values (see `value_fields`): sum with shared ties: sort-key delta (points delta times the
 #: sign, so the script hands the text to ZINCRBY as is); sum with earliest ties:
 #: delta, t of the latest event; max|min: best points, its t; last: points, event time (us,
 #: as 20 characters that order as text like the numbers, see `mark_time`), match_id, t.
 #: t counts the board-window's time unit (registry.layout). A sum saturates at the key's
-#: exact limit (+-(2^53 - 1), or 2^53 / 2^time_bits - 1 with earliest ties), as in the batch.
+#: exact limit (+-(2^53 - 1), or 2^53 / 2^time_bits - 1 with earliest ties), as in the batch:
+#: the score is the exact total, clamped once. ARGV[11] '1' marks a board whose points may
+#: be of either sign: its lines are exact per-file totals, and a player whose total left the
+#: key's range keeps the exact total in L (unused by sum boards) while M holds it clamped, so
+#: a total that comes back below the limit is the batch's (one sign: clamping after each
+#: add already is, and the fast path stays).
 FOLD_SCRIPT = """
 -- C holds, per writer, the seqs this board-window folded past the writer's floor (ARGV[10]:
 -- every file of the writer up to it is folded everywhere), as text 's,s,...'.
@@ -98,7 +103,49 @@ local function clamp(s)
   if s > limit then return limit elseif s < -limit then return -limit end
   return s
 end
-if agg == 'sum' and not earliest then
+local exact = ARGV[11] == '1'
+-- A mixed-sign sum: the player's total so far (cur: exact while the player has no entry in
+-- L) plus the line's delta d (integer text), as the clamped score. Redis's HINCRBY adds in
+-- int64, exactly; a double is exact only below 2^53, and a total past the limit compares
+-- past it as a double too (limit + 1 <= 2^53 is one). The kept total stops at +-2^62, the
+-- batch's rollup cap (jobs.spec.ROLLUP_CAP), so HINCRBY never overflows.
+local function exact_add(p, cur, d)
+  local kept = redis.call('HGET', L, p)
+  if not kept then
+    local dn = tonumber(d)
+    if math.abs(cur) + math.abs(dn) <= limit then return cur + dn end
+    kept = string.format('%.0f', cur + 0)  -- + 0: never '-0', which HINCRBY refuses
+    redis.call('HSET', L, p, kept)
+  end
+  local total = tonumber(kept) + tonumber(d)
+  if math.abs(total) >= 4611686018427387904 then
+    total = total > 0 and 4611686018427387904 or -4611686018427387904
+    redis.call('HSET', L, p, string.format('%.0f', total))
+  else
+    total = redis.call('HINCRBY', L, p, d)
+  end
+  if math.abs(total) <= limit then redis.call('HDEL', L, p) return total end
+  return clamp(total)
+end
+if agg == 'sum' and not earliest and exact then
+  for p, base, delta in string.gmatch(ARGV[8], F .. F .. F) do
+    if not banned(p) then
+      local cur = redis.call('ZSCORE', M, p)
+      if cur then cur = tonumber(cur)
+      elseif redis.call('ZSCORE', T, p) then cur = 0  -- a recompute left nothing over it
+      else
+        redis.call('ZADD', T, base, p)
+        cur = tonumber(base)
+      end
+      redis.call('ZADD', M, exact_add(p, cur, delta), p)
+    end
+  end
+  for p, delta in string.gmatch(ARGV[9], F .. F) do
+    if not banned(p) then
+      redis.call('ZADD', M, exact_add(p, tonumber(redis.call('ZSCORE', M, p) or '0'), delta), p)
+    end
+  end
+elseif agg == 'sum' and not earliest then
   -- The sort key is sign * score: a (signed) delta is one ZINCRBY. A based player not yet
   -- in M (XX: no update) is touched for the first time: it starts from its base key. A
   -- total past the limit saturates (exact: below it every partial sum is exact).
@@ -151,14 +198,14 @@ else
     end
     local new
     if agg == 'sum' then
-      local delta, t = tonumber(a), tonumber(b)
+      local t, s = tonumber(b), 0
       if cur then
-        local s, t0 = decode(cur)
+        local t0
+        s, t0 = decode(cur)
         if t0 > t then t = t0 end
-        new = encode(clamp(s + delta), t)
-      else
-        new = encode(clamp(delta), t)
       end
+      if exact then new = encode(exact_add(p, s, a), t)
+      else new = encode(clamp(s + tonumber(a)), t) end
     elseif agg == 'max' or agg == 'min' then
       local pts, t = tonumber(a), tonumber(b)
       new = encode(pts, t)
@@ -416,7 +463,8 @@ def plan_updates(table: pa.Table, registry: Registry,
                 if board.aggregation == "sum":
                     update = _sum(board, window, bits, chunk, player_code, player_names,
                                   points, t_of if board.ties == "earliest" else None,
-                                  layout.limit if saturate else _UNSATURATED)
+                                  layout.limit if saturate and not board.mixed_sum
+                                  else _UNSATURATED)
                 else:
                     update = _ranked(board, window, bits, pa.table({
                         "player": players.take(pa.array(chunk)),
@@ -743,7 +791,8 @@ class Folder:
                               [writer, seq, mode, update.board.aggregation,
                                1 if update.board.order == "desc" else -1,
                                1 if update.board.ties == "earliest" else 0,
-                               1 << update.time_bits, based_rows, plain_rows, floor]))
+                               1 << update.time_bits, based_rows, plain_rows, floor,
+                               1 if update.board.mixed_sum else 0]))
         return calls
 
     def fold(self, version: SpeedVersion, writer: str, seq: int, table: pa.Table,

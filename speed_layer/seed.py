@@ -144,7 +144,8 @@ def seed_updates(rows: pa.Table, rollups: pa.Table | None, registry: Registry) -
             if len(columns) > 1:  # earliest ties: t of the latest event
                 found[player][1] = max(found[player][1], int(columns[1][i]))
     for board, window, time_bits, players in sums.values():
-        limit = registry.layout(board, window.kind).limit
+        # A mixed-sign board's fold keeps the exact total itself (FOLD_SCRIPT's ARGV[11]).
+        limit = registry.layout(board, window.kind).limit if not board.mixed_sum else 2**62
         names = sorted(players)
         values = [[max(-limit, min(limit, players[p][0])) for p in names]]
         if board.ties == "earliest":

@@ -670,3 +670,22 @@ def rate_deliveries(draw: st.DrawFn) -> dict[str, Any]:
                            draw(st.integers(0, 59)), rows))
     deliveries.sort(key=lambda d: (d[1], d[2]))  # the landing clock only moves forward
     return {"limit": draw(st.integers(1, 3)), "deliveries": deliveries}
+
+
+#: How a run of `saturating_folds` scores: "+L"/"-L" events of the board's largest |points|
+#: (65,536 of them reach the key's limit), "+1"/"-1" events of one point.
+SATURATING_KINDS = ("+L", "-L", "+1", "-1")
+
+
+@st.composite
+def saturating_folds(draw: st.DrawFn) -> dict[str, Any]:
+    """Landed files for a `sum` board of both signs at its key's limit: a tie policy, an
+    order, and 1-5 files of runs (player, kind of SATURATING_KINDS, how many events), the
+    counts around 65,536 so that totals pass the limit, come back, and pass it again.
+    {"ties": t, "order": o, "files": [[(player, kind, count)]]}"""
+    counts = st.one_of(st.integers(1, 3),
+                       st.sampled_from([65_535, 65_536, 65_537, 98_304, 131_072]))
+    runs = st.lists(st.tuples(st.sampled_from(["ann", "bob"]), st.sampled_from(SATURATING_KINDS),
+                              counts), min_size=1, max_size=3)
+    return {"ties": draw(tie_policies()), "order": draw(orders()),
+            "files": draw(st.lists(runs, min_size=1, max_size=5))}

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
 from oracle import reference_standings
+from strategies import saturating_folds
 
 from jobs.batch import run_batch
 from leaderboard.batch_view import BatchView
 from leaderboard.lake import landed_files
 from leaderboard.manifest import read_current, watermark_for
-from leaderboard.registry import load_registry
+from leaderboard.registry import Registry, load_registry
 from leaderboard.settings import Settings
 from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion
 from speed_layer.fold import BaseKeys, Folder
@@ -174,3 +177,73 @@ def test_a_folder_keeps_the_base_keys_of_two_versions_only(redis_client, tmp_pat
     folder.base(versions[1])  # used again: the newest is now the one to drop next
     folder.base(versions[0])
     assert list(folder._bases) == [versions[1].tag, versions[0].tag]
+
+
+#: Examples of the saturation property (each folds up to ~2M generated events; ~0.3 s).
+SATURATION_EXAMPLES = int(os.environ.get("SATURATION_EXAMPLES", "25"))
+_AT = datetime(2026, 11, 28, 12, tzinfo=UTC)
+
+
+def _mixed_sum_registry(ties: str, order: str) -> tuple[Registry, int, int]:
+    """(registry, the all-time key limit L, the largest |points| P): one global `sum` board
+    of both signs with the least room the registry allows, 65,536 events of P past L."""
+    points = 1
+    while True:
+        registry = registry_from({"regions": ["na"], "modes": ["ranked"], "boards": [
+            {"scope": "global", "windows": ["all-time"], "ties": ties, "order": order,
+             "min_points": -points, "max_points": points}]})
+        limit = registry.layout(registry.board("global"), "all-time").limit
+        if (limit + 1) // 65_536 == points:
+            return registry, limit, points
+        points = (limit + 1) // 65_536
+
+
+def _saturating_file(runs: list[tuple[str, str, int]], points: int) -> pa.Table:
+    """One landed file of runs (player, kind, count) as events at _AT."""
+    value = {"+L": points, "-L": -points, "+1": 1, "-1": -1}
+    counts = [count for _, _, count in runs]
+    n = sum(counts)
+    return pa.table({
+        "match_id": pa.array(np.full(n, "m", dtype=object), pa.string()),
+        "player_id": pa.array(np.repeat(np.array([p for p, _, _ in runs], dtype=object),
+                                        counts), pa.string()),
+        "points": pa.array(np.repeat(np.array([value[k] for _, k, _ in runs], dtype=np.int64),
+                                     counts)),
+        "event_time": pa.array(np.full(n, _AT), pa.timestamp("us", tz="UTC")),
+        "region": pa.array(np.full(n, "na", dtype=object), pa.string()),
+        "mode": pa.array(np.full(n, "ranked", dtype=object), pa.string()),
+        "server_id": pa.array(np.full(n, "s1", dtype=object), pa.string()),
+        "ingested_at": pa.array(np.full(n, _AT + timedelta(minutes=1)),
+                                pa.timestamp("us", tz="UTC")),
+    })
+
+
+@settings(max_examples=SATURATION_EXAMPLES,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # flushed below
+@given(case=saturating_folds())
+def test_a_sum_of_both_signs_is_its_exact_total_clamped_once_whatever_the_files(
+        redis_client, case):
+    """The batch's score of a `sum` board is the exact total clamped once at the key's
+    limit (DESIGN.md 3; docs/architecture.md, limits of the sort key). The fold clamped
+    each file's sum and then after each add, so on a board of both signs a total that
+    passed the limit and came back (+L x 65,536, then -L) was L - P live where the batch
+    serves the exact total: the layers disagreed until the next batch. Now, for any files
+    near the limit, each player's live score is this model's: plain integers, clamped once."""
+    registry, limit, points = _mixed_sum_registry(case["ties"], case["order"])
+    redis_client.flushall()
+    version = SpeedVersion(None, None)
+    folder = Folder(redis_client, registry, Path("/nonexistent"))
+    value = {"+L": points, "-L": -points, "+1": 1, "-1": -1}
+    totals: dict[str, int] = {}
+    for seq, runs in enumerate(case["files"]):
+        assert folder.fold(version, "w", seq, _saturating_file(runs, points), prev=seq - 1) == 1
+        for player, kind, count in runs:
+            totals[player] = totals.get(player, 0) + value[kind] * count
+    sign = 1 if case["order"] == "desc" else -1
+    span = 1 << registry.layout(registry.board("global"), "all-time").time_bits
+    keys = BoardWindowKeys("global", "all-time", version.tag)
+    live = {p.decode(): int(k) for p, k in redis_client.zrange(keys.merged, 0, -1,
+                                                                withscores=True)}
+    scores = {p: sign * (k // span if case["ties"] == "earliest" else k)
+              for p, k in live.items()}
+    assert scores == {p: max(-limit, min(limit, t)) for p, t in totals.items()}
