@@ -3,8 +3,14 @@ one player in one landing minute are held in quarantine (reason `implausible_rat
 events and direct scores count alike against the player's minute (a score is one event); a
 held score keeps its board in the quarantine, so a release lands it there.
 
-Decided once, at landing, by a counter per (player, landing minute) in Redis that every
-writer shares (INCRBY is atomic per key, so two writers never both take the last slot), and
+Decided once, at landing, by a hash per (player, landing minute) in Redis that every
+writer shares, and recorded in the lake: the hash numbers each event identity (match_id, and
+a score's board) the first time it is counted (RATE_SCRIPT, atomic per key, so two writers
+never both take the last slot), and an event counts iff its number is within the limit. An
+identity counts once per minute: a writer killed between counting and landing leaves its
+numbers, and the retry of the same events (its claims released at the door) gets them back,
+where a plain counter counted them twice and could hold genuine events. (A retry in a later
+minute counts there; the dead attempt's numbers stay in their own minute.) The decision is
 recorded in the lake: a held row goes to the quarantine, never to the landing zone. The
 batch reads the landing zone and the speed layer folds it, so both layers see the same
 decision without deciding again. Rows are taken in batch order: the first rows of a player
@@ -20,7 +26,6 @@ previous minute.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,13 +38,49 @@ import redis
 
 from leaderboard.schema import INPUT_FIELDS, QUARANTINE_SCHEMA
 from leaderboard.timeutil import format_instant, to_utc
+from speed_layer.fold import ScriptPipeline
 
-__all__ = ["IMPLAUSIBLE_RATE", "Held", "PlayerRate", "held_ids", "rate_key"]
+__all__ = ["GIVE_BACK_SCRIPT", "IMPLAUSIBLE_RATE", "RATE_SCRIPT", "Held", "PlayerRate",
+           "held_ids", "rate_key"]
 
 IMPLAUSIBLE_RATE = "implausible_rate"
 #: Seconds a minute's counter outlives its minute.
 _TTL = 120
 _HELD_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("ingested_at"))
+
+
+#: KEYS: a player's minute (`rate_key`). ARGV: seconds to keep it, then the identities of
+#: the batch's rows of that player in batch order (each holds a newline, so none is '#', the
+#: field that counts the numbers given). Returns the numbers given in the minute, then per
+#: row its number and 1 if this call gave it (0: counted before, by an earlier attempt).
+RATE_SCRIPT = """
+local out = {0}
+for i = 2, #ARGV do
+  local n, new = redis.call('HGET', KEYS[1], ARGV[i]), 0
+  if not n then
+    n = redis.call('HINCRBY', KEYS[1], '#', 1)
+    redis.call('HSET', KEYS[1], ARGV[i], n)
+    new = 1
+  end
+  out[#out + 1] = tonumber(n)
+  out[#out + 1] = new
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+out[1] = tonumber(redis.call('HGET', KEYS[1], '#'))
+return out
+"""
+
+#: KEYS: a player's minute. ARGV: identities this batch numbered. Their numbers go (a minute
+#: already expired stays gone: nothing is created).
+GIVE_BACK_SCRIPT = """
+local removed = redis.call('HDEL', KEYS[1], unpack(ARGV))
+if removed > 0 then redis.call('HINCRBY', KEYS[1], '#', -removed) end
+return removed
+"""
+
+
+_RATE_SHA = hashlib.sha1(RATE_SCRIPT.encode()).hexdigest()
+_GIVE_BACK_SHA = hashlib.sha1(GIVE_BACK_SCRIPT.encode()).hexdigest()
 
 
 def rate_key(player_id: str, minute: int) -> str:
@@ -70,7 +111,7 @@ class Held:
     kept: pa.Table
     held: pa.Table
     held_rows: np.ndarray
-    counted: dict[str, int]  # per player: the batch's rows counted against their minute
+    counted: dict[str, list[str]]  # per player: the identities this batch numbered
     minute: int
 
 
@@ -90,41 +131,45 @@ class PlayerRate:
         if accepted.num_rows == 0:
             return empty
         players = accepted.column("player_id").to_pylist()
-        counts = Counter(players)
-        pipe = self.client.pipeline(transaction=False)
-        for player, count in counts.items():
-            pipe.incrby(rate_key(player, minute), count)
-            pipe.expire(rate_key(player, minute), _TTL)
-        totals = pipe.execute()[0::2]
-        # Per player: how many of this batch's rows still fit in the minute.
-        room = {player: max(0, min(count, self.per_minute - (int(total) - count)))
-                for (player, count), total in zip(counts.items(), totals, strict=True)}
-        counted = dict(counts)
-        if all(room[p] == counts[p] for p in counts):
-            return Held(accepted, empty.held, empty.held_rows, counted, minute)
-        keep = np.ones(len(players), dtype=bool)
+        matches = accepted.column("match_id").to_pylist()
+        boards = (accepted.column("board").to_pylist() if "board" in accepted.column_names
+                  else [None] * accepted.num_rows)
+        rows_of: dict[str, list[int]] = {}
         for row, player in enumerate(players):
-            if room[player] > 0:
-                room[player] -= 1
-            else:
-                keep[row] = False
+            rows_of.setdefault(player, []).append(row)
+        identity = [f"{m}\n{b or ''}" for m, b in zip(matches, boards, strict=True)]
+        pipe = ScriptPipeline(self.client)
+        for player, rows in rows_of.items():
+            pipe.script(RATE_SCRIPT, _RATE_SHA, [rate_key(player, minute)],
+                        [_TTL, *(identity[r] for r in rows)])
+        keep = np.ones(len(players), dtype=bool)
+        counted: dict[str, list[str]] = {}
+        totals_of: dict[str, int] = {}
+        for (player, rows), reply in zip(rows_of.items(), pipe.execute(), strict=True):
+            totals_of[player] = int(reply[0])
+            counted[player] = []
+            for i, row in enumerate(rows):
+                number, new = int(reply[1 + 2 * i]), int(reply[2 + 2 * i])
+                keep[row] = number <= self.per_minute
+                if new:
+                    counted[player].append(identity[row])
+        if keep.all():
+            return Held(accepted, empty.held, empty.held_rows, counted, minute)
         held_rows = np.flatnonzero(~keep)
-        totals_of = dict(zip(counts, (int(t) for t in totals), strict=True))
         return Held(accepted.filter(pa.array(keep)),
                     self._quarantined(accepted.take(pa.array(held_rows)), totals_of, minute,
                                       source),
                     held_rows, counted, minute)
 
     def give_back(self, held: Held) -> None:
-        """The kept rows did not land (the landing failed): uncount the whole batch, so
-        that its retry (the held rows are retries by then) gets the room the first attempt
-        had and keeps the same rows."""
-        if not held.counted:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for player, count in held.counted.items():
-            if count:
-                pipe.decrby(rate_key(player, held.minute), count)
+        """The kept rows did not land (the landing failed): uncount what the batch
+        numbered, so that a batch never retried leaves its minute's room (its retry in the
+        minute gets the same rows kept either way; the held rows are retries by then)."""
+        pipe = ScriptPipeline(self.client)
+        for player, identities in held.counted.items():
+            if identities:
+                pipe.script(GIVE_BACK_SCRIPT, _GIVE_BACK_SHA, [rate_key(player, held.minute)],
+                            identities)
         pipe.execute()
 
     def _quarantined(self, rows: pa.Table, totals: dict[str, int], minute: int,

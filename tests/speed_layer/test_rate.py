@@ -5,6 +5,8 @@ once at landing and recorded in the lake, so that the batch and the speed layer 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
@@ -131,6 +133,46 @@ def test_a_failed_landing_keeps_the_held_rows_and_gives_back_the_rest(tmp_path, 
     retry = _ingest(settings, speed, rows)
     assert (retry.accepted, retry.retries, retry.rejected) == (2, 1, 0)
     assert sorted(r["match_id"] for r in _rows(settings.lake_dir, "events")) == ["m0", "m1"]
+
+
+def test_a_retry_after_a_writer_was_killed_between_counting_and_landing_counts_once(
+        tmp_path, redis_server, redis_client):
+    """Writer a (a real process) counts a batch against the players' minute and is killed
+    (SIGKILL, the fault seam at `ingest.after_claim`) before anything lands; the client's
+    retry of the same events reaches writer b in the same minute. The count was a counter
+    the dead writer never gave back, so the retry counted twice: under a limit of 3, all
+    three genuine events were held for review. Now a minute counts identities: the retry
+    gets the numbers the dead attempt took, lands all three, holds nothing; a fourth
+    event of the minute is still held."""
+    settings = _settings(tmp_path, limit=3)
+    rows = [(f"k{n}", "kim", 1) for n in range(3)]
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+import redis
+from pathlib import Path
+from test_rate import NOW, _ingest, _settings
+from speed_layer.service import SpeedLayer
+settings = _settings(Path({str(tmp_path)!r}), limit=3)
+client = redis.Redis.from_url({redis_server.url!r}, protocol=2)
+_ingest(settings, SpeedLayer(client, settings.registry, settings.lake_dir), {rows!r},
+        writer="a")
+"""
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300,
+                           env=dict(os.environ, LEADERBOARD_FAULTS="ingest.after_claim=kill"))
+    assert child.returncode == -9, child.stderr.decode()[-2000:]
+    assert _rows(settings.lake_dir, "events") == []
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    retry = _ingest(settings, speed, rows, NOW + timedelta(seconds=5), writer="b")
+    assert (retry.accepted, retry.rejected) == (3, 0)
+    assert sorted(r["match_id"] for r in _rows(settings.lake_dir, "events")) == ["k0", "k1",
+                                                                                "k2"]
+    assert _rows(settings.lake_dir, "quarantine") == []
+    fourth = _ingest(settings, speed, [("k3", "kim", 1)], NOW + timedelta(seconds=6),
+                     writer="b")
+    assert (fourth.accepted, fourth.rejected) == (0, 1)
+    assert [r["match_id"] for r in _rows(settings.lake_dir, "quarantine")] == ["k3"]
 
 
 def test_two_writers_share_the_limit(tmp_path, redis_client):
