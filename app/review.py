@@ -14,7 +14,14 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from leaderboard.quarantine import StaleCursor, list_quarantine, released_at, released_ids
+from leaderboard.quarantine import (
+    StaleCursor,
+    list_quarantine,
+    moved_ids,
+    moved_to,
+    released_at,
+    released_ids,
+)
 from leaderboard.timeutil import to_utc
 from leaderboard.validation import REASONS
 
@@ -45,14 +52,20 @@ def parse_since(text: str) -> datetime:
 
 def quarantine_page(lake: Path, *, reason: str | None = None, since: datetime | None = None,
                     limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> dict[str, Any]:
-    """One page of quarantined rows (oldest file first), each with its id and whether a
-    release landed it, and the cursor of the next page (null on the last)."""
+    """One page of quarantined rows (oldest file first), each with its id, whether a
+    release landed it, the id a release quarantined it again as (`moved_to`: a score whose
+    board left the registry; nothing landed), and the cursor of the next page (null on the
+    last)."""
     rows, next_cursor = list_quarantine(lake, reason=reason, since=since, limit=limit,
                                         after=cursor)
     released = released_ids(lake) if rows else {}
-    return {"count": len(rows), "next_cursor": next_cursor,
-            "rows": [row.as_dict(released=released_at(released, row) is not None)
-                     for row in rows]}
+    moved = moved_ids(lake) if released else {}
+    listed = []
+    for row in rows:
+        new = moved_to(moved, row)
+        listed.append(row.as_dict(
+            released=new is None and released_at(released, row) is not None, moved_to=new))
+    return {"count": len(rows), "next_cursor": next_cursor, "rows": listed}
 
 
 def release_answer(speed: Any, ids: Sequence[str], now: datetime) -> dict[str, Any]:
@@ -82,7 +95,8 @@ def render_page(answer: dict[str, Any]) -> Any:
     for row in answer["rows"]:
         table.add_row(row["id"], row["reason"], row["board"] or "", row["player_id"] or "",
                       row["match_id"] or "", row["points"] or "",
-                      "yes" if row["released"] else "")
+                      "yes" if row["released"] else
+                      f"moved to {row['moved_to']}" if row["moved_to"] else "")
     if answer["next_cursor"]:
         table.caption = f"more: --cursor {answer['next_cursor']}"
     return table

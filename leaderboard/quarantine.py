@@ -99,10 +99,14 @@ class QuarantineRow:
     #: The direct board a quarantined score was submitted to (None: a match event).
     board: str | None = None
 
-    def as_dict(self, released: bool = False) -> dict[str, Any]:
+    def as_dict(self, released: bool = False, moved_to: str | None = None) -> dict[str, Any]:
+        """The listing's row: `released` (a release landed it) and `moved_to` (a release
+        quarantined it again under that id instead: nothing landed, that row is the one to
+        release)."""
         return {"id": self.id, **self.values, "board": self.board, "reason": self.reason,
                 "detail": self.detail, "source": self.source,
-                "ingested_at": format_instant(self.ingested_at), "released": released}
+                "ingested_at": format_instant(self.ingested_at), "released": released,
+                "moved_to": moved_to}
 
     @property
     def identity(self) -> tuple[str | None, str | None, str | None]:
@@ -309,7 +313,7 @@ def released_at(done: dict[str, datetime], row: QuarantineRow) -> datetime | Non
 def moved_ids(lake: Path) -> dict[str, str]:
     """The key of every row a release quarantined again instead of landing it (`Release.
     moved_to`) -> the new row's id; ask with `moved_to`. Such a row is in `released_ids`
-    too (it is listed `released`: the new row is the one to release)."""
+    too (the ledger marks it done), and is listed `moved_to` the new row, not `released`."""
     return {key: new for release in read_releases(lake) if release.moved_to
             for key, new in zip(release.keys or tuple(row_key(i) for i in release.rows),
                                 release.moved_to, strict=True)}

@@ -110,3 +110,54 @@ def test_every_reason_is_in_the_readme_the_openapi_and_the_cli(data, capsys):
     with pytest.raises(SystemExit):
         main(["quarantine", "list", "--reason", "no_such_reason"])
     assert "unknown_board" in capsys.readouterr().err  # the choices are listed
+
+
+def test_a_row_quarantined_again_is_listed_with_its_new_id(tmp_path, redis_client, capsys):
+    """A score released after its board left the registry is quarantined again (reason
+    `unknown_board`) and nothing lands. The listing showed the old row `released: true`
+    without the new id, as if it counted; now it shows `released: false` and `moved_to`
+    the new row's id (the CLI table: "moved to <id>"), and the new row as neither."""
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+    from rich.console import Console
+
+    from app.review import quarantine_page, render_page
+    from leaderboard.lake import LandingWriter
+    from leaderboard.schema import TIMESTAMP
+    from leaderboard.settings import Settings
+    from speed_layer.ingest import Ingestor
+    from speed_layer.review import release_rows
+    from speed_layer.service import SpeedLayer
+
+    now = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    text = (resources.files("leaderboard") / "registries" / "default.toml").read_text()
+    (tmp_path / "with.toml").write_text(text)
+    (tmp_path / "without.toml").write_text(text.replace('name = "best-lap"',
+                                                        'name = "best-lap-2"'))
+    settings, gone = (Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "data"),
+                                         "LEADERBOARD_CONFIG": str(tmp_path / name)})
+                      for name in ("with.toml", "without.toml"))
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    table = pa.table({"match_id": ["lap-7"], "player_id": ["cy"],
+                      "points": pa.array([640], pa.int64()),
+                      "event_time": pa.array([now + timedelta(hours=1)], TIMESTAMP),
+                      "server_id": ["s1"]})
+    with LandingWriter(settings.lake_dir, "w") as writer:  # ahead of the clock: held
+        Ingestor(settings.registry, writer, speed).ingest(
+            table, now=now, source="test", board=settings.registry.board("best-lap"))
+    [old] = quarantine_page(settings.lake_dir)["rows"]
+    assert (old["released"], old["moved_to"]) == (False, None)
+    [outcome], _ = release_rows(SpeedLayer(redis_client, gone.registry, gone.lake_dir),
+                                [old["id"]], now + timedelta(hours=2))
+    assert outcome.status == "requarantined"
+    page = quarantine_page(settings.lake_dir)
+    listed = {row["reason"]: row for row in page["rows"]}
+    new = listed["unknown_board"]
+    assert (listed["event_time_in_future"]["released"],
+            listed["event_time_in_future"]["moved_to"]) == (False, new["id"])
+    assert (new["released"], new["moved_to"]) == (False, None)
+    console = Console(width=400)
+    with console.capture() as shown:
+        console.print(render_page(page))
+    assert f"moved to {new['id']}" in shown.get()

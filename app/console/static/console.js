@@ -673,15 +673,16 @@
         const head = h("tr", {}, ["", "id", "reason", "board", "player", "match", "points",
                                   "released", "detail"].map((t) => h("th", {}, t)));
         const lines = page.rows.map((r) => h("tr", {},
-          h("td", {}, h("input", { type: "checkbox", "data-id": r.id, disabled: r.released,
+          h("td", {}, h("input", { type: "checkbox", "data-id": r.id, disabled: r.released || !!r.moved_to,
                                    "aria-label": "release " + r.id })),
           h("td", { class: "id" }, r.id), h("td", {}, r.reason),
           h("td", { class: r.board ? "board" : "board muted" }, r.board || "—"),
           h("td", {}, r.player_id || ""),
           h("td", {}, r.match_id || ""), h("td", { class: "num" }, r.points || ""),
-          h("td", {}, r.released ? "yes" : ""), h("td", { class: "muted" }, r.detail)));
+          h("td", {}, r.released ? "yes" : r.moved_to ? "moved to " + r.moved_to : ""),
+          h("td", { class: "muted" }, r.detail)));
         $("#review-rows").replaceChildren(h("thead", {}, head), h("tbody", {}, ...lines));
-        release.disabled = !page.rows.some((r) => !r.released);
+        release.disabled = !page.rows.some((r) => !r.released && !r.moved_to);
         result.className = "muted";
         result.textContent = page.rows.length
           ? `${num(page.count)} row(s)${page.next_cursor ? " (the first 50)" : ""}`

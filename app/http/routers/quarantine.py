@@ -71,8 +71,10 @@ def quarantine(
 ) -> dict[str, Any]:
     """Rows in landing order (by landing day, writer and file), each with its `id` (what a
     release takes), the values as sent, `board` (the direct board of a submitted score, null
-    for a match event), `reason`, `detail`, `source`, `ingested_at` and `released` (a
-    release landed it); `next_cursor` is null on the last page."""
+    for a match event), `reason`, `detail`, `source`, `ingested_at`, `released` (a
+    release landed it) and `moved_to` (a release quarantined it again under that id, with
+    reason `unknown_board`: nothing landed, release that row; null otherwise);
+    `next_cursor` is null on the last page."""
     try:
         instant = None if since is None else parse_since(since)
     except ValueError as exc:
