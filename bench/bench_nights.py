@@ -5,7 +5,8 @@ reused by later runs of the same shape), then runs one night after another as th
 them (dags/nightly_standings.py): the batch writes the version (`run_batch`, publish=False),
 the release checks and publishes it, compaction rewrites the day's landing files, retention
 deletes raw partitions past the registry's retention_days and sweeps killed runs' files. The
-raw events are a copy of the cached ones (compaction and retention change them).
+raw events are a copy of the cached ones (compaction and retention change them), each day's
+partition copied in before its night. --nights N stops after N nights of the history.
 
 Prints, as same-run figures (CPU seconds of this process: DuckDB's threads included):
 
@@ -20,13 +21,15 @@ Prints, as same-run figures (CPU seconds of this process: DuckDB's threads inclu
    Both versions' standings are compared row for row.
 
 Per night it also prints the board-windows built and carried forward, the event dates whose
-rollups were read, and the CPU of release, compaction and retention. --phases adds the batch
+rollups were read, and the CPU of release, compaction and retention, and after the run the
+CPU of each post-batch task (validate, publish, compact, retention, sweep) of the early
+nights beside the late ones. --phases adds the batch
 CPU per phase (plan, roll up, engine passes, stream, checks, Parquet, manifest) of the early
 nights beside the late ones: what grows with the history.
 
 Usage: python bench/bench_nights.py [--players 20000] [--events-per-day 30000] [--days 60]
        [--large] [--early 10] [--span 5] [--memory-limit 4GB] [--cache DIR] [--seed 0]
-       [--dirty 0.02] [--every N] [--quick] [--profile N] [--phases]
+       [--dirty 0.02] [--every N] [--quick] [--profile N] [--phases] [--nights N]
 On a shared machine, run it under `flock` on a lock file all benchmarks share.
 """
 
@@ -61,7 +64,7 @@ from jobs import batch, publish
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.release import publish_version, validate_version
 from jobs.retention import apply_retention
-from jobs.sweep import sweep_orphans
+from jobs.sweep import sweep_dead_runs
 from leaderboard.manifest import Manifest, read_version
 from leaderboard.registry import Registry
 from leaderboard.settings import Settings
@@ -80,6 +83,7 @@ class Night:
     batch_cpu: float
     batch_wall: float
     after_cpu: float  # release + compaction + retention + sweep
+    tasks: dict[str, float]  # CPU s of each post-batch task (the DAG's order)
     built: int
     carried: int
     dates_read: int
@@ -211,18 +215,26 @@ def _night(settings: Settings, day: date, *, full: bool = False,
         found = _RANKING.search(message)
         if found:
             built, carried, dates = (int(x) for x in found.groups())
-    cpu = _cpu()
+    tasks: dict[str, float] = {}
+
+    def task(label: str, run: Callable[[], object]) -> None:
+        began = _cpu()
+        run()
+        tasks[label] = _cpu() - began
+
     if dag:
         version = result.manifest.version
-        validate_version(lake, version, registry=settings.registry, as_of=day)
-        publish_version(lake, version)
         quiet = SpeedWatermark(present=False)
-        compact_partition(lake, day, speed=quiet)
-        apply_retention(lake, day, settings.registry.retention_days, speed=quiet)
-        sweep_orphans(lake)
+        task("validate", lambda: validate_version(lake, version, registry=settings.registry,
+                                                  as_of=day))
+        task("publish", lambda: publish_version(lake, version))
+        task("compact", lambda: compact_partition(lake, day, speed=quiet))
+        task("retention", lambda: apply_retention(lake, day, settings.registry.retention_days,
+                                                  speed=quiet))
+        task("sweep", lambda: sweep_dead_runs(lake))
     manifest = read_version(lake, result.manifest.version)
-    night = Night(day, result.mode, batch_cpu, batch_wall, _cpu() - cpu, built, carried, dates,
-                  result.standings_rows, _published_rows(lake, manifest))
+    night = Night(day, result.mode, batch_cpu, batch_wall, sum(tasks.values()), tasks, built,
+                  carried, dates, result.standings_rows, _published_rows(lake, manifest))
     return night, manifest
 
 
@@ -247,13 +259,13 @@ def _mean(nights: list[Night], last: int, span: int) -> float:
     return statistics.fmean(chosen) if chosen else float("nan")
 
 
-def _print_phases(phases: dict[int, dict[str, float]], early: range, late: range) -> None:
+def _print_phases(phases: dict[int, dict[str, float]], early: range, late: range,
+                  what: str = "batch CPU per phase (inclusive; mean s)") -> None:
     """Mean CPU per phase over the early and the late nights, side by side."""
     labels = sorted({k for p in phases.values() for k in p},
                     key=lambda k: -sum(p.get(k, 0.0) for p in phases.values()))
     print()
-    print(f"batch CPU per phase (inclusive; mean s): nights {early.start}-{early.stop - 1} "
-          f"beside {late.start}-{late.stop - 1}")
+    print(f"{what}: nights {early.start}-{early.stop - 1} beside {late.start}-{late.stop - 1}")
     for label in labels:
         a = statistics.fmean(phases[n].get(label, 0.0) for n in early if n in phases)
         b = statistics.fmean(phases[n].get(label, 0.0) for n in late if n in phases)
@@ -267,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="default 30,000 (--large: 3,000)")
     parser.add_argument("--days", type=int, default=60)
     parser.add_argument("--large", action="store_true", help="365 days of history")
+    parser.add_argument("--nights", type=int,
+                        help="stop after this many nights of the history (default: every day)")
     parser.add_argument("--early", type=int, default=10)
     parser.add_argument("--span", type=int, default=5, help="nights averaged per figure")
     parser.add_argument("--memory-limit", default="4GB")
@@ -289,9 +303,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.days = 14
         args.early, args.span = min(args.early, 5), min(args.span, 3)
-    days = 365 if args.large else args.days
+    history = 365 if args.large else args.days
+    days = min(args.nights or history, history)
     start = date(2026, 1, 1)
-    spec = GenerateSpec(players=args.players, days=days, events_per_day=args.events_per_day,
+    spec = GenerateSpec(players=args.players, days=history, events_per_day=args.events_per_day,
                         start=start, seed=args.seed, dirty=args.dirty)
 
     def say(message: str) -> None:
@@ -314,8 +329,8 @@ def main(argv: list[str] | None = None) -> None:
     with timed, tempfile.TemporaryDirectory(prefix="bench_nights_") as scratch, \
             _capped(args.memory_limit):
         data = Path(scratch) / "data"
-        (data / "lake").mkdir(parents=True)
-        shutil.copytree(root / "lake" / "events", data / "lake" / "events")
+        (data / "lake" / "events").mkdir(parents=True)
+        waiting = sorted((root / "lake" / "events").glob("ingest_date=*"))
         settings = _pinned(Settings.from_env(data_dir=str(data)), registry)
         print(f"{'night':>6} {'as of':>10} {'mode':>11} {'batch CPU s':>11} {'wall s':>7} "
               f"{'after CPU s':>11} {'built':>6} {'carried':>7} {'dates read':>10} "
@@ -325,7 +340,12 @@ def main(argv: list[str] | None = None) -> None:
             if profiler is not None:
                 profiler.enable()
             PHASES.on = args.phases and (number in early_span or number in late_span)
-            night, last = _night(settings, start + timedelta(days=number - 1))
+            today = start + timedelta(days=number - 1)
+            # The day's partition lands before its night, as it would live: the lake never
+            # holds days to come (their files would weigh on every listing of it).
+            while waiting and waiting[0].name <= f"ingest_date={today.isoformat()}":
+                shutil.copytree(waiting[0], data / "lake" / "events" / waiting.pop(0).name)
+            night, last = _night(settings, today)
             if PHASES.on:
                 phases[number], PHASES.seconds = PHASES.seconds, {}
                 PHASES.on = False
@@ -351,6 +371,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if phases:
         _print_phases(phases, early_span, late_span)
+    _print_phases({n: nights[n - 1].tasks for n in (*early_span, *late_span)}, early_span,
+                  late_span, "post-batch CPU per DAG task (mean s)")
     early = _mean(nights, args.early, args.span)
     late = _mean(nights, days, args.span)
     ratio = late / early

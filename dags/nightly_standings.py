@@ -287,7 +287,8 @@ def nightly_standings() -> None:
     @task
     def apply_retention(as_of: str, _compacted: dict[str, Any]) -> dict[str, Any]:
         """#### Retention
-        Sweeps the files of killed batch runs (`jobs.sweep`), and deletes raw event
+        Sweeps the files of batch runs that died or failed without a manifest, found by
+        the lock files they left (`jobs.sweep.sweep_dead_runs`), and deletes raw event
         partitions older than the registry's `retention_days` before
         as_of that the live version absorbed and no layer still reads (`jobs.retention`),
         and expires the speed state of versions other than the live one.
@@ -308,10 +309,11 @@ def nightly_standings() -> None:
         report = retain(settings.lake_dir, date.fromisoformat(as_of),
                         settings.registry.retention_days,
                         speed=live_speed_watermark(settings), say=log.info).as_dict()
-        from jobs.sweep import sweep_orphans
+        from jobs.sweep import sweep_dead_runs
 
-        # Files of killed batch runs (a failed try of this night, say) no manifest names.
-        report["swept"] = sweep_orphans(settings.lake_dir).as_dict()
+        # Files of batch runs that ended without a manifest (a failed try of this night,
+        # say), found by the lock files they left: a cost set by those runs, not the history.
+        report["swept"] = sweep_dead_runs(settings.lake_dir).as_dict()
         speed = _speed_layer(settings)
         if speed is not None:
             try:

@@ -432,7 +432,7 @@ def run_batch(
 
 def _sweep(lake: Path, say: Step) -> None:
     """Delete the files of killed runs (never one a manifest names, or a running run's),
-    found by the lock files they left (the DAG's retention task walks the whole lake)."""
+    found by the lock files they left (`leaderboard lake sweep` walks the whole lake)."""
     try:
         swept = sweep_dead_runs(lake)
     except SweepRefused as exc:

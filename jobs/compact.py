@@ -322,8 +322,7 @@ def finish_compactions(lake: Path, day: date, say: Say | None = None) -> int:
 def _next_seq(lake: Path, day: date) -> int:
     """A seq for the next compacted file of the day: YYYYMMDD * 10^4 + n, after any used."""
     base = int(day.strftime("%Y%m%d")) * _SEQ_PER_DAY
-    used = [f.seq for f in landed_files(lake) if f.writer == COMPACTION_WRITER
-            and f.ingest_date == day]
+    used = [f.seq for f in landed_files(lake, days=[day]) if f.writer == COMPACTION_WRITER]
     for record_path, _record in _records(lake, day):
         used.append(int(record_path.name.split("-")[2].split(".")[0]))
     seq = max([base, *[u + 1 for u in used]])
@@ -349,7 +348,7 @@ def compact_partition(
     say = say or (lambda _message: None)
     report = CompactionReport(day)
     partition = _partition(lake, day)
-    before = [f for f in landed_files(lake) if f.ingest_date == day]
+    before = landed_files(lake, days=[day])
     report.files_before = len(before)
     if not partition.is_dir():
         report.skipped = f"partition {day} has no landed files"
@@ -364,16 +363,16 @@ def compact_partition(
                   "try again when it is closed")
     if reason is not None:
         report.skipped = reason
-        report.files_after = len([f for f in landed_files(lake) if f.ingest_date == day])
+        report.files_after = len(landed_files(lake, days=[day]))
         say(f"not compacting {day}: {reason}")
         return report
     assert published is not None  # partition_gate said so
     watermark = published.watermark_at
     if speed.present and speed.watermark is not None:
         watermark = min(watermark, speed.watermark)
-    absorbed = absorbed_with_compactions(lake, published.inputs.get("files", {}))
+    absorbed = absorbed_with_compactions(lake, published.inputs.get("files", {}), days=[day])
     facts = []
-    for landed in sorted(f for f in landed_files(lake) if f.ingest_date == day):
+    for landed in landed_files(lake, days=[day]):
         relpath = str(landed.path.relative_to(lake))
         facts.append(FileFacts(relpath, pq.ParquetFile(landed.path).metadata.num_rows,
                                stamp_range(landed.path)[1], relpath in absorbed))
@@ -401,7 +400,7 @@ def compact_partition(
         _finish(lake, record_path, record, say)
         report.compacted.append({"target": record["target"], "rows": record["rows"],
                                  "originals": len(group)})
-    report.files_after = len([f for f in landed_files(lake) if f.ingest_date == day])
+    report.files_after = len(landed_files(lake, days=[day]))
     if not report.compacted:
         say(f"nothing to compact in {day} ({report.files_before} file(s), "
             f"{len(report.left)} left as they are)")

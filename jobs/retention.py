@@ -210,16 +210,18 @@ def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: Spee
         report.skipped = waiting
         say(report.skipped)
         return report
-    absorbed = absorbed_with_compactions(lake, published.inputs.get("files", {}))
-    by_day: dict[date, list[tuple[str, datetime]]] = {}
-    for landed in landed_files(lake):
-        if landed.ingest_date < cutoff:
-            by_day.setdefault(landed.ingest_date, []).append(
-                (str(landed.path.relative_to(lake)), stamp_range(landed.path)[1]))
     partitions = [date.fromisoformat(p.name.removeprefix("ingest_date="))
                   for p in events_dir(lake).glob("ingest_date=*") if p.is_dir()]
+    expired = expired_partitions(partitions, cutoff)
+    # Only the expired partitions' files and records are read: a night's retention costs
+    # what is past the horizon, not the history a long retention_days keeps (issue 13).
+    absorbed = absorbed_with_compactions(lake, published.inputs.get("files", {}), days=expired)
+    by_day: dict[date, list[tuple[str, datetime]]] = {}
+    for landed in landed_files(lake, days=expired):
+        by_day.setdefault(landed.ingest_date, []).append(
+            (str(landed.path.relative_to(lake)), stamp_range(landed.path)[1]))
     gone = []
-    for day in expired_partitions(partitions, cutoff):
+    for day in expired:
         partition = events_dir(lake) / f"ingest_date={day.isoformat()}"
         reason = partition_blocker(day, by_day.get(day, []), absorbed=absorbed,
                                    published=published, watermark=watermark)

@@ -14,8 +14,15 @@ manifest before it released its lock, so its files are either protected by the l
 named by a manifest the sweep reads afterwards. A killed process's lock is released by the
 kernel, so a dead run is never mistaken for a running one.
 
-It runs at the start of every batch (under the new run's own lock) and on demand
-(`leaderboard lake sweep`, the DAG's retention task).
+The lock file is also the run's tombstone: it is removed only once the run's manifest is
+written (`hold_run`, on the way out), or by a sweep after that run's files are gone. So
+every run that may have left files no manifest names (killed, or failed with an error)
+keeps its lock file until a sweep has deleted them, and `sweep_dead_runs` finds them all at
+a cost set by the dead runs, not by the history (issue 13). The whole walk
+(`sweep_orphans` without candidates) stays for lakes written before the tombstones.
+
+`sweep_dead_runs` runs at the start of every batch (under the new run's own lock) and in
+the DAG's retention task; the whole walk on demand (`leaderboard lake sweep`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -76,13 +83,16 @@ def hold_run(lake: Path, run: str) -> Iterator[None]:
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)  # before the unlock: a sweep never sees it free
+        # Only a run with a manifest drops its tombstone (before the unlock: a sweep never
+        # sees it free); one that failed without one leaves it for the sweep to find.
+        if (manifests_dir(lake) / f"{run}.json").exists():
+            path.unlink(missing_ok=True)
         handle.close()
 
 
-def running_runs(lake: Path) -> set[str]:
-    """Runs whose lock is held now; the lock files of dead runs are removed on the way."""
-    running = set()
+def _lock_states(lake: Path) -> tuple[set[str], set[str]]:
+    """(runs whose lock is held now, runs whose lock file is left unheld: dead)."""
+    running, dead = set(), set()
     for path in sorted((lake / _RUNS).glob("*.lock")):
         try:
             handle = open(path, "rb")  # noqa: SIM115 - closed below
@@ -94,8 +104,32 @@ def running_runs(lake: Path) -> set[str]:
             except BlockingIOError:
                 running.add(path.name.removesuffix(".lock"))
                 continue
+            dead.add(path.name.removesuffix(".lock"))
+    return running, dead
+
+
+def _drop_tombstones(lake: Path, runs: set[str]) -> None:
+    """Remove dead runs' lock files, each under its lock (a run id is never reused, so
+    nobody else takes it): called once their files are gone, so a sweep that dies first
+    leaves them to the next one."""
+    for run in sorted(runs):
+        path = _lock_path(lake, run)
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            continue
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
             path.unlink(missing_ok=True)
-    return running
+
+
+def running_runs(lake: Path) -> set[str]:
+    """Runs whose lock is held now (dead runs' lock files stay: the sweep removes them
+    after their files)."""
+    return _lock_states(lake)[0]
 
 
 def _manifests(lake: Path) -> list[Manifest]:
@@ -148,36 +182,46 @@ def _files_of(lake: Path, runs: set[str]) -> list[Path]:
 
 
 def sweep_dead_runs(lake: Path) -> SweepReport:
-    """The sweep of runs killed since the last sweep, at a cost independent of the history:
-    a killed run leaves its lock file behind (`hold_run` removes it only on the way out), so
-    its files are looked up where it wrote them, not by walking every version's files. What
-    a lost lock file hides (a sweep that died after removing it) `sweep_orphans` finds."""
-    locked = {p.name.removesuffix(".lock") for p in (lake / _RUNS).glob("*.lock")}
-    if not locked:
+    """The sweep of runs that ended without a manifest since the last sweep, at a cost set
+    by those runs, not by the history: such a run leaves its lock file behind (`hold_run`),
+    and a sweep removes it only after the run's files, so its files are looked up where it
+    wrote them, not by walking every version's files."""
+    if not any((lake / _RUNS).glob("*.lock")):
         return SweepReport()
-    return sweep_orphans(lake, candidates=_files_of(lake, locked))
+    return _sweep(lake, lambda dead: _files_of(lake, dead))
 
 
-def sweep_orphans(lake: Path, *, candidates: list[Path] | None = None) -> SweepReport:
-    """Delete the files of dead runs that no manifest names; see the module docstring.
-    `candidates`: only these files (default: every version file in the lake)."""
-    if candidates is None:
-        candidates = _candidates(lake)  # first: a run starting later writes none of these
-    running = running_runs(lake)  # then: a run ending now has written its manifest
-    manifests = _manifests(lake)  # last
+def sweep_orphans(lake: Path) -> SweepReport:
+    """Delete the files of dead runs that no manifest names, walking every version file in
+    the lake (a lake from before the tombstones); see the module docstring."""
+    return _sweep(lake, lambda _dead: _candidates(lake))
+
+
+def _sweep(lake: Path, candidates_of: Callable[[set[str]], list[Path]]) -> SweepReport:
+    """The sweep: `candidates_of(dead runs)` lists the files it may delete.
+
+    Order: the dead runs first (a dead run writes nothing more, so the files listed next are
+    all it left, and its tombstone may go once they are deleted), then the candidates (a run
+    starting later writes none of these), then the running runs (a run ending now has
+    written its manifest), then the manifests."""
+    _running, dead = _lock_states(lake)
+    candidates = candidates_of(dead)
+    running, _dead = _lock_states(lake)
+    manifests = _manifests(lake)
     named_runs = {m.version for m in manifests}
     orphans = [p for p in candidates
                if (run := _run_of(lake, p)) is not None and run not in running
                and run not in named_runs]
     report = SweepReport()
     if not orphans:
+        _drop_tombstones(lake, dead)
         return report
     # Versions name files of earlier runs (unchanged windows); those runs have manifests of
     # their own, so this is a second guard, paid only when there is something to delete.
     named: set[str] = set()
     for manifest in manifests:
         named.update(path for path, _rows in manifest.files(lake))
-    dead: set[str] = set()
+    swept: set[str] = set()
     for path in orphans:
         run = _run_of(lake, path)
         assert run is not None
@@ -190,13 +234,13 @@ def sweep_orphans(lake: Path, *, candidates: list[Path] | None = None) -> SweepR
             continue
         report.files += 1
         report.bytes += size
-        dead.add(run)
-    report.runs = sorted(dead)
+        swept.add(run)
+    report.runs = sorted(swept)
     # Only a dead run's own folders: a shared one (standings/as_of=D/board=B/...) may be
     # between a running run's mkdir and its first file.
-    for run in dead:
+    for run in swept:
         for folder in (lake / "rollups" / f"run={run}", manifests_dir(lake) / run):
             with contextlib.suppress(OSError):
                 folder.rmdir()
+    _drop_tombstones(lake, dead)
     return report
-

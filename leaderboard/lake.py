@@ -180,13 +180,18 @@ def parse_landed_name(path: Path) -> tuple[str, int] | None:
     return (match.group(1), int(match.group(2))) if match else None
 
 
-def landed_files(lake: Path, *, kind: str = "events") -> list[LandedFile]:
-    """Every landed file, by (writer, seq); temp files and foreign files are ignored."""
+def landed_files(lake: Path, *, kind: str = "events",
+                 days: Iterable[date] | None = None) -> list[LandedFile]:
+    """Every landed file, by (writer, seq); temp files and foreign files are ignored.
+    `days`: only these partitions' (a task about a few days lists only those, not the
+    whole history)."""
     root = lake / kind
     found = []
     if not root.is_dir():
         return []
-    for part in root.glob("ingest_date=*/part-*.parquet"):
+    patterns = (["ingest_date=*/part-*.parquet"] if days is None
+                else [f"ingest_date={d.isoformat()}/part-*.parquet" for d in sorted(set(days))])
+    for part in (p for pattern in patterns for p in root.glob(pattern)):
         parsed = parse_landed_name(part)
         if parsed is None:
             continue
@@ -486,14 +491,19 @@ def compaction_record_path(target: Path) -> Path:
     return target.with_name(target.name.removesuffix(".parquet") + COMPACTION_RECORD_SUFFIX)
 
 
-def compaction_records(lake: Path) -> dict[str, list[str]]:
+def compaction_records(lake: Path, *, days: Iterable[date] | None = None
+                       ) -> dict[str, list[str]]:
     """Every compacted file (lake-relative path) -> the files it replaced (lake-relative).
+    `days`: only these partitions' records (a compaction never crosses a partition).
 
     An unreadable record is left out: its file then looks like a new landing, which costs a
     full recompute at worst, never a wrong standing.
     """
     found: dict[str, list[str]] = {}
-    for path in sorted(events_dir(lake).glob(f"ingest_date=*/*{COMPACTION_RECORD_SUFFIX}")):
+    partitions = (["ingest_date=*"] if days is None
+                  else [f"ingest_date={d.isoformat()}" for d in sorted(set(days))])
+    for path in sorted(p for partition in partitions for p in events_dir(lake).glob(
+            f"{partition}/*{COMPACTION_RECORD_SUFFIX}")):
         try:
             record = json.loads(path.read_text())
             found[str(record["target"])] = [str(o["path"]) for o in record["originals"]]
@@ -507,11 +517,13 @@ def compacted_originals(lake: Path, relpath: str) -> list[str]:
     return compaction_records(lake).get(relpath, [])
 
 
-def absorbed_with_compactions(lake: Path, absorbed: Iterable[str]) -> set[str]:
+def absorbed_with_compactions(lake: Path, absorbed: Iterable[str], *,
+                              days: Iterable[date] | None = None) -> set[str]:
     """`absorbed` (lake-relative paths a version read) plus every compacted file whose
-    originals were all absorbed, through any number of compactions of compactions."""
+    originals were all absorbed, through any number of compactions of compactions.
+    `days`: the compacted files of only these partitions (what a task about them needs)."""
     result = set(absorbed)
-    pending = compaction_records(lake)
+    pending = compaction_records(lake, days=days)
     grew = True
     while grew:
         grew = False

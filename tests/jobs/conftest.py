@@ -53,3 +53,26 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def partitions_listed(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The raw-event partitions (`ingest_date=...` values, `*` for all of them) inside
+    which the code under test listed files (listing the partitions' names is not counted):
+    a task about a few days lists only those, so its cost does not grow with the history
+    (issue 13)."""
+    from pathlib import Path
+
+    listed: set[str] = set()
+    glob = Path.glob
+
+    def spied(self: Path, pattern: str, *args: Any, **kwargs: Any) -> Any:
+        parts = (*self.parts, *pattern.split("/"))
+        for part in parts[:-1]:
+            if part.startswith("ingest_date="):
+                listed.add(part.removeprefix("ingest_date="))
+                break
+        return glob(self, pattern, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "glob", spied)
+    return listed

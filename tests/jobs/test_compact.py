@@ -398,3 +398,15 @@ def test_main_compacts_a_partition_from_the_command_line(world, clean_env, capsy
     report = json.loads(capsys.readouterr().out)
     assert report["files_after"] == 1
     assert len(partition_files(data / "lake", D)) == 1
+
+
+def test_compaction_lists_only_its_own_partition(world, partitions_listed):
+    """Compacting day D lists D's files and records only, not every partition of the lake
+    (it listed the whole lake four times: a cost that grew with a long retention's
+    history); what it compacts is unchanged (the tests above)."""
+    lake = world[0] / "lake"
+    assert len({f.ingest_date for f in landed_files(lake)}) > 1
+    partitions_listed.clear()
+    report = compact_partition(lake, D, speed=speed_on(D))
+    assert len(report.compacted) == 1
+    assert partitions_listed == {D.isoformat()}

@@ -232,3 +232,19 @@ def test_main_reports_a_dry_run_from_the_command_line(world, clean_env, capsys):
     assert report["cutoff"] == str(D + timedelta(days=5 - 30))  # the shipped 30 days
     assert report["deleted"] == []
     assert landed_files(data / "lake") == before
+
+
+def test_retention_lists_only_the_expired_partitions(world, partitions_listed):
+    """Retention lists the files and compaction records of the partitions past the horizon
+    only (it listed every partition's files: with a long retention_days, a cost that grew
+    with the history), and still deletes an expired compacted one."""
+    data, _control = world
+    lake = data / "lake"
+    compact_partition(lake, D, speed=NO_SPEED)
+    as_of = D + timedelta(days=5)
+    expired = {d.isoformat() for d in partitions(lake) if d < as_of - timedelta(days=3)}
+    partitions_listed.clear()
+    report = apply_retention(lake, as_of, 3, speed=NO_SPEED)
+    assert set(report.deleted) == expired
+    assert partitions_listed == expired
+    assert not (lake / "events" / f"ingest_date={D}").exists()

@@ -20,6 +20,7 @@ from jobs.sweep import (
     sweep_dead_runs,
     sweep_orphans,
 )
+from leaderboard import faults
 from leaderboard.manifest import list_versions, read_current
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
@@ -155,3 +156,53 @@ def test_the_sweep_at_a_batchs_start_finds_killed_runs_by_their_locks(data: Path
     assert sweep_dead_runs(lake).files == 0
     assert sweep_orphans(lake).files == 1
     assert _version_files(lake) == kept
+
+
+def test_a_run_that_failed_with_an_error_is_swept_by_its_tombstone(data: Path) -> None:
+    """A run that raised (the DAG's failed first try) keeps its lock file as a tombstone,
+    so the sweep that reads only tombstones (the DAG's, the batch's) still deletes its
+    files: the whole walk is no longer needed to find them (issue 13, large mode)."""
+    lake = data / "lake"
+    run_batch(_settings(data), date(2026, 11, 28))
+    kept = _version_files(lake)
+    assert not list((lake / "runs").glob("*.lock"))  # a run with a manifest leaves none
+    with pytest.raises(faults.InjectedFault), faults.injected("batch.checks", faults.fail):
+        run_batch(_settings(data), date(2026, 11, 29))
+    failed = _version_files(lake) - kept
+    assert failed
+    assert len(list((lake / "runs").glob("*.lock"))) == 1
+    report = sweep_dead_runs(lake)
+    assert report.files == len(failed)
+    assert _version_files(lake) == kept
+    assert not list((lake / "runs").glob("*.lock"))
+
+
+def test_a_sweep_that_dies_midway_leaves_the_tombstone_for_the_next(
+        data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tombstone goes only after the run's files: a sweep that dies after deleting
+    one file leaves the rest to the next sweep of tombstones (the old sweep removed the
+    lock file first, and the rest stayed until a whole walk)."""
+    lake = data / "lake"
+    run_batch(_settings(data), date(2026, 11, 28))
+    kept = _version_files(lake)
+    with pytest.raises(faults.InjectedFault), faults.injected("batch.checks", faults.fail):
+        run_batch(_settings(data), date(2026, 11, 29))
+    assert len(_version_files(lake) - kept) > 1
+    unlink = Path.unlink
+    deleted: list[Path] = []
+
+    def dies_after_one(self: Path, missing_ok: bool = False) -> None:
+        if deleted:
+            raise OSError("the sweep's process died (test hook)")
+        deleted.append(self)
+        unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", dies_after_one)
+    with pytest.raises(OSError, match="test hook"):
+        sweep_dead_runs(lake)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    assert deleted
+    assert _version_files(lake) != kept
+    assert sweep_dead_runs(lake).files > 0
+    assert _version_files(lake) == kept
+    assert not list((lake / "runs").glob("*.lock"))
