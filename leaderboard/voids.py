@@ -74,7 +74,8 @@ class VoidLimit:
     #: counted (`leaderboard.retained.redoable`): neither layer recomputes them either
     refused: tuple[date, ...] = ()
     #: the rows seen may not be the whole match (a whole match's void with results on
-    #: dates at or before the line): results whose raw rows retention deleted are unlisted
+    #: dates at or before the line, whether they stay or not): results whose raw rows
+    #: retention deleted are unlisted; `kept` may then be empty
     partial: bool = False
 
     def message(self) -> str:
@@ -85,6 +86,13 @@ class VoidLimit:
                     "events: its results still count on every board and window they fell in, "
                     "and neither the live boards nor any later batch can remove them. If it "
                     "has not landed yet, its events will not count when they land.")
+        if not self.kept:  # partial: every result seen is removed
+            return (f"Every result of {self.void.describe()} still in the lake is removed. "
+                    f"Retention deleted raw events of event dates on or before "
+                    f"{self.line.isoformat()}, and this match has results on or before it: "
+                    "results of it whose raw events were in deleted partitions are not "
+                    "listed, and they may still count on every board and window they fell "
+                    "in (neither the live boards nor any later batch can remove them).")
         results = ", ".join(f"{p} ({d.isoformat()})" for p, d in self.kept)
         refused = ""
         if self.refused:

@@ -944,6 +944,13 @@ class SpeedLayer:
             return None
         if rows is None:
             return VoidLimit(void, line, (), unseen=True)
+        # A whole match with a result on or before the line, absorbed or live: others of it
+        # may have had their raw rows in deleted partitions, unseen here. (Read from every
+        # row seen, not only the results that stay: a match spanning midnight whose result
+        # after it came late, past the watermark, is removed in full as far as the lake
+        # shows, and the answer said nothing of the half retention deleted.)
+        partial = void.player_id is None and any(
+            d <= line for d in _event_dates(rows).to_pylist())
         if version.watermark is not None:
             rows = rows.filter(pc.less(rows.column("ingested_at"), pa.scalar(
                 version.watermark, rows.schema.field("ingested_at").type)))
@@ -953,11 +960,8 @@ class SpeedLayer:
         refused = (later - self._redoable(version, later)
                    if later and version.version is not None else set())
         kept = sorted((p, d) for p, d in named if d <= line or d in refused)
-        # A whole match with results at or before the line: others of it may have had their
-        # raw rows in deleted partitions, unseen here.
-        partial = void.player_id is None and any(d <= line for _, d in kept)
         return VoidLimit(void, line, tuple(kept), unseen=False, refused=tuple(sorted(refused)),
-                         partial=partial) if kept else None
+                         partial=partial) if kept or partial else None
 
     def _apply_void(self, version: SpeedVersion, void: Void,
                     rows: pa.Table | None = None) -> list[str]:

@@ -617,3 +617,33 @@ def test_after_retention_a_whole_match_void_says_results_in_deleted_partitions_m
     assert "may" in limit.message()
     one = speed.void_applied("m-b", "ann", day("2026-11-26T02:00:00"), "exploit").limit
     assert one is None  # 11-25 is after the line: removed
+
+
+def test_after_retention_a_whole_match_void_with_its_late_half_live_says_results_may_stay(
+        world, redis_client):
+    """A match spanning midnight: ann's result of 11-21 22:50 landed in the partition
+    retention deletes, bob's of 11-22 00:10 came late, after the watermark (live). The
+    void removes bob's result, and ann's still counts (its raw row is gone), but the
+    answer was None, "applied in full": partial was read only from the absorbed results
+    that stay. Now it says results in deleted partitions may stay, and names none kept."""
+    lake, registry, speed, settings = world
+    ingest(speed, lake, registry, [_row("m-z", "ann", 4, "2026-11-21T22:50:00"),
+                                   _row("m-b", "ann", 4, "2026-11-25T09:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
+    pointer = speed.current()
+    live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
+    report = apply_retention(lake, date(2026, 11, 25), 3, speed=live)
+    assert report.deleted == ["2026-11-21"], (report.kept, report.skipped)
+    ingest(speed, lake, registry, [dict(_row("m-z", "bob", 6, "2026-11-22T00:10:00"),
+                                        ingested_at=day("2026-11-26T01:00:00"))])
+    assert all_time_score(lake, registry, redis_client, "2026-11-26T02:30:00", "bob") == 6
+    applied = speed.void_applied("m-z", None, day("2026-11-26T03:00:00"), "exploit")
+    assert applied.players == ["bob"]
+    assert applied.limit is not None
+    assert (applied.limit.kept, applied.limit.partial) == ((), True)
+    assert "deleted partitions" in applied.limit.message()
+    assert "may still count" in applied.limit.message()
+    assert applied.limit.as_dict()["results"] == []
+    assert all_time_score(lake, registry, redis_client, "2026-11-26T03:30:00", "ann") == 8
+    one = speed.void_applied("m-b", "ann", day("2026-11-26T04:00:00"), "exploit").limit
+    assert one is None  # one player's result after the line: removed in full
