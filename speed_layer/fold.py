@@ -104,18 +104,20 @@ local function clamp(s)
   return s
 end
 local exact = ARGV[11] == '1'
+local any_kept = exact and redis.call('EXISTS', L) == 1  -- skip HGET while none is kept
 -- A mixed-sign sum: the player's total so far (cur: exact while the player has no entry in
 -- L) plus the line's delta d (integer text), as the clamped score. Redis's HINCRBY adds in
 -- int64, exactly; a double is exact only below 2^53, and a total past the limit compares
 -- past it as a double too (limit + 1 <= 2^53 is one). The kept total stops at +-2^62, the
 -- batch's rollup cap (jobs.spec.ROLLUP_CAP), so HINCRBY never overflows.
 local function exact_add(p, cur, d)
-  local kept = redis.call('HGET', L, p)
+  local kept = any_kept and redis.call('HGET', L, p)
   if not kept then
     local dn = tonumber(d)
     if math.abs(cur) + math.abs(dn) <= limit then return cur + dn end
     kept = string.format('%.0f', cur + 0)  -- + 0: never '-0', which HINCRBY refuses
     redis.call('HSET', L, p, kept)
+    any_kept = true
   end
   local total = tonumber(kept) + tonumber(d)
   if math.abs(total) >= 4611686018427387904 then
