@@ -60,15 +60,6 @@ _LANDED_SQL = ("SELECT * FROM read_parquet($files, filename = true, hive_partiti
                "union_by_name = true) UNION ALL BY NAME SELECT NULL::BOOLEAN AS backfill, "
                "NULL::VARCHAR AS board WHERE false")
 
-_ROLLUP_AGGREGATES = f"""
-    count(*)::BIGINT AS matches,
-    {_saturated("sum(points::HUGEINT)", str(ROLLUP_CAP))} AS points_sum,
-    max({{'p': points, 't': -epoch_us(event_time)}}) AS mx,
-    min({{'p': points, 't': epoch_us(event_time)}}) AS mn,
-    max({{'t': epoch_us(event_time), 'm': match_id, 'p': points}}) AS lst,
-    min(event_time) AS first_event_at,
-    max(event_time) AS last_event_at
-"""
 
 _MERGE_AGGREGATES = f"""
     sum(matches)::BIGINT AS matches,
@@ -117,6 +108,33 @@ def _low(key: str, bits: int) -> str:
 def _high(key: str, bits: int) -> str:
     """floor(key / 2^bits): an arithmetic shift (two's complement: floor for negatives too)."""
     return f"(({key}) >> {bits})"
+
+
+#: A rollup row from events: a max or min board's best (score, earliest time) is a packed
+#: HUGEINT key (`_best_key`), a native numeric min/max, where a {score, time} struct compares
+#: field by field (1.7 s of the 10 s aggregate at 300k players / 6M events); the latest
+#: (time, match, points) stays a struct (a match id is a string).
+_ROLLUP_AGGREGATES = f"""
+    count(*)::BIGINT AS matches,
+    {_saturated("sum(points::HUGEINT)", str(ROLLUP_CAP))} AS points_sum,
+    max({_best_key("points", "event_time", largest=True)}) AS mx,
+    min({_best_key("points", "event_time", largest=False)}) AS mn,
+    max({{'t': epoch_us(event_time), 'm': match_id, 'p': points}}) AS lst,
+    min(event_time) AS first_event_at,
+    max(event_time) AS last_event_at
+"""
+
+#: `_ROLLUP_COLUMNS` of `_ROLLUP_AGGREGATES`' packed keys.
+_ROLLUP_EVENT_COLUMNS = f"""
+    player_id, event_date, region, mode, mask, matches, points_sum,
+    {_high("mx", _WIDE_BITS)}::BIGINT AS max_points,
+    make_timestamp((9223372036854775807 - {_low("mx", _WIDE_BITS)})::BIGINT)::TIMESTAMPTZ
+        AS max_at,
+    {_high("mn", _WIDE_BITS)}::BIGINT AS min_points,
+    make_timestamp(({_low("mn", _WIDE_BITS)} - 9223372036854775808)::BIGINT)::TIMESTAMPTZ
+        AS min_at,
+    lst.p AS last_points, lst.m AS last_match, first_event_at, last_event_at
+"""
 
 #: A carried window's previous standings row as a partial aggregate of the same shape as an
 #: exploded rollup row: each aggregation's state is its score with its time mark (a sum's
@@ -307,7 +325,7 @@ class DuckDBEngine:
                 SELECT player_id, event_date, region, mode, mask, {_ROLLUP_AGGREGATES}
                 FROM e GROUP BY player_id, event_date, region, mode, mask
             )
-            SELECT {_ROLLUP_COLUMNS} FROM g ORDER BY event_date, player_id, region, mode, mask
+            SELECT {_ROLLUP_EVENT_COLUMNS} FROM g ORDER BY event_date, player_id, region, mode, mask
         """).to_arrow_table()
         con.execute("DROP TABLE new_events")
         con.unregister("calendar_t")

@@ -83,9 +83,14 @@ def window_runs(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
     return starts, lengths
 
 
-def check_standings(table: pa.Table, *, earliest: bool, banned: set[str], where: str) -> None:
+def check_standings(table: pa.Table, *, earliest: bool, banned: set[str], where: str,
+                    player_codes: np.ndarray | None = None, players: int = 0) -> None:
     """The invariants of one or more whole board-windows (rows with a `window_id` column,
-    or one window without it); raises PublishError naming the first break."""
+    or one window without it); raises PublishError naming the first break.
+
+    `player_codes`: each row's player as a code below `players`, one code per distinct
+    player_id (the writer's from a dictionary-encoded stream, whose dictionary it checked
+    distinct); without them the player_id strings are encoded here."""
     n = table.num_rows
     if n == 0:
         return
@@ -119,9 +124,11 @@ def check_standings(table: pa.Table, *, earliest: bool, banned: set[str], where:
         raise PublishError(f"{where}: percentiles do not match 100 * (total - rank + 1) / total")
     # Distinct (window, player) pairs as integers: the player's dictionary code beside the
     # window's number (a sort of integers; several times cheaper than grouping strings).
-    players = pc.dictionary_encode(table.column("player_id")).combine_chunks()
-    codes = _np(players.indices).astype(np.int64)
-    pairs = np.sort(window_of.astype(np.int64) * max(len(players.dictionary), 1) + codes)
+    if player_codes is None:
+        encoded = pc.dictionary_encode(table.column("player_id")).combine_chunks()
+        player_codes, players = _np(encoded.indices), len(encoded.dictionary)
+    codes = np.asarray(player_codes, dtype=np.int64)
+    pairs = np.sort(window_of.astype(np.int64) * max(players, 1) + codes)
     # Sorted, a repeat is a neighbour (np.unique finds the same by hashing: ~25x slower on
     # numpy 2.4, a third of the writer's CPU).
     if np.any(pairs[1:] == pairs[:-1]):
@@ -129,6 +136,27 @@ def check_standings(table: pa.Table, *, earliest: bool, banned: set[str], where:
     if banned and pc.any(pc.is_in(table.column("player_id"),
                                   value_set=pa.array(sorted(banned)))).as_py():
         raise PublishError(f"{where}: a banned player is in the standings")
+
+
+def _distinct(values: pa.Array) -> bool:
+    """Whether no value repeats: strictly ascending (the engine's player dictionary, in
+    player_id order: one pass of comparisons), else by hashing."""
+    n = len(values)
+    if n < 2:
+        return True
+    if pc.all(pc.less(values.slice(0, n - 1), values.slice(1)), skip_nulls=False).as_py():
+        return True
+    return len(pc.unique(values)) == n
+
+
+def _codes_or_values(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A dictionary column's codes (its runs are the values' runs when the dictionary is
+    distinct, as a coded stream's board dictionary is), else the column."""
+    if not pa.types.is_dictionary(column.type):
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column.indices
 
 
 def _window_name(windows: pa.Array | pa.ChunkedArray, index: int) -> str:
@@ -171,7 +199,13 @@ class StandingsWriter:
     _writer: pq.ParquetWriter | None = None
     _target: Path | None = None
     _buffer: list[pa.Table] = field(default_factory=list)
+    #: each buffered part's player codes (None: its player_id was not dictionary-encoded)
+    _codes: list[np.ndarray | None] = field(default_factory=list)
     _buffered: int = 0
+    #: the player dictionaries found distinct (by buffer address and length), and the
+    #: one the buffered codes refer to with its size
+    _distinct: set[tuple[int, ...]] = field(default_factory=set)
+    _dictionary: tuple[tuple[int, ...], int] | None = None
     _seen: set[tuple[str, str]] = field(default_factory=set)
 
     def path(self, kind: str, board: str, window_kind: str) -> Path:
@@ -184,8 +218,8 @@ class StandingsWriter:
         for batch in reader:
             if batch.num_rows == 0:
                 continue
-            boards = batch.column(batch.schema.get_field_index("board"))
-            starts, lengths = window_runs(boards)
+            starts, lengths = window_runs(_codes_or_values(
+                batch.column(batch.schema.get_field_index("board"))))
             for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
                 piece = pa.Table.from_batches([batch.slice(start, length)])
                 board = piece.column("board")[0].as_py()
@@ -211,22 +245,47 @@ class StandingsWriter:
             self._target.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(self._target, FILE_SCHEMA, compression="zstd")
             self.paths.append(self._target)
+        self._codes.append(self._player_codes(part.column("player_id")))
         self._buffer.append(part.select(FILE_SCHEMA.names).cast(FILE_SCHEMA))
         self._buffered += part.num_rows
         if self._buffered >= _FLUSH_ROWS:
             self._flush(final=False)
+
+    def _player_codes(self, column: pa.ChunkedArray) -> np.ndarray | None:
+        """A dictionary-encoded player_id's codes, once its dictionary is known to hold
+        distinct players (checked once per dictionary); None for strings, or when the
+        dictionary is not the one the buffered codes refer to (they would not compare)."""
+        if not pa.types.is_dictionary(column.type) or column.num_chunks != 1:
+            return None
+        chunk = column.chunk(0)
+        dictionary = chunk.dictionary
+        key = (len(dictionary), *(b.address if b is not None else 0
+                                  for b in dictionary.buffers()))
+        if key not in self._distinct:
+            if not _distinct(dictionary):
+                return None
+            self._distinct.add(key)
+        if self._codes and self._dictionary is not None and self._dictionary[0] != key:
+            return None
+        self._dictionary = (key, len(dictionary))
+        return _np(chunk.indices)
 
     def _flush(self, *, final: bool) -> None:
         """Check and write the buffered rows, up to the last window boundary (all if final)."""
         if not self._buffer:
             return
         table = pa.concat_tables(self._buffer)
+        codes = (np.concatenate([c for c in self._codes if c is not None])
+                 if self._dictionary is not None and all(c is not None for c in self._codes)
+                 else None)
         keep = table.slice(0, 0)
         if not final:
             starts, _ = window_runs(table.column("window_id"))
             cut = int(starts[-1])  # the last window may continue in the next batch
             table, keep = table.slice(0, cut), table.slice(cut)
         self._buffer = [keep] if keep.num_rows else []
+        self._codes = [codes[table.num_rows:]] if keep.num_rows and codes is not None else (
+            [None] if keep.num_rows else [])
         self._buffered = keep.num_rows
         if table.num_rows == 0:
             return
@@ -235,7 +294,9 @@ class StandingsWriter:
         assert self._target
         board = self._group[0]
         check_standings(table, earliest=board in self.earliest_boards, banned=self.banned,
-                        where=board)
+                        where=board,
+                        player_codes=None if codes is None else codes[:table.num_rows],
+                        players=self._dictionary[1] if self._dictionary is not None else 0)
         self._writer.write_table(table, row_group_size=ROW_GROUP_SIZE)
         starts, lengths = window_runs(table.column("window_id"))
         totals = np.add.reduceat(_np(table.column("score")).astype(np.int64), starts)

@@ -18,11 +18,20 @@ import pyarrow as pa
 from jobs.spec import STANDINGS_SCHEMA
 from leaderboard.read_ahead import read_ahead
 
-__all__ = ["RANKED_SCHEMA", "Prefetched", "prefetched", "rank_stream"]
+__all__ = ["CODED_SCHEMA", "RANKED_SCHEMA", "Prefetched", "prefetched", "rank_stream"]
 
 #: The rows the engine hands the writer: a standings row with its board-window.
 RANKED_SCHEMA = pa.schema([pa.field("board", pa.string()), pa.field("window_id", pa.string()),
                            *STANDINGS_SCHEMA])
+
+_CODED = pa.dictionary(pa.int32(), pa.string())
+
+#: RANKED_SCHEMA as `rank_stream` gives it: board and player_id dictionary-encoded over the
+#: distinct boards and the run's distinct players (the codes the engine sorted by). The
+#: writer (jobs.publish) casts them to strings on the way into the file, and checks a
+#: player appearing twice in a window on the codes instead of hashing every string again.
+CODED_SCHEMA = pa.schema([pa.field("board", _CODED), RANKED_SCHEMA.field("window_id"),
+                          pa.field("player_id", _CODED), *list(STANDINGS_SCHEMA)[1:]])
 
 
 class _Carry:
@@ -60,8 +69,8 @@ def _codes(column: pa.Array) -> pa.Array:
     return pa.array(codes - 1, mask=codes == 0)
 
 
-def _ranked(batches: pa.RecordBatchReader, *, boards: pa.Array, window_ids: pa.Array,
-            earliest: np.ndarray, totals: np.ndarray, players: pa.Array,
+def _ranked(batches: pa.RecordBatchReader, *, board_of: np.ndarray, boards: pa.Array,
+            window_ids: pa.Array, earliest: np.ndarray, totals: np.ndarray, players: pa.Array,
             matches: pa.Array) -> Iterator[pa.RecordBatch]:
     carry = _Carry()
     timestamp = STANDINGS_SCHEMA.field("reached_at").type
@@ -74,32 +83,37 @@ def _ranked(batches: pa.RecordBatchReader, *, boards: pa.Array, window_ids: pa.A
         rank = np.where(earliest[bw], position, shared)
         total = totals[bw]
         percentile = 100.0 * (total - rank + 1).astype(np.float64) / total
-        at = pa.array(bw)
+        player = np.asarray(batch.column("pc").to_numpy(), np.int64) - 1
         yield pa.RecordBatch.from_arrays([
-            boards.take(at), window_ids.take(at),
-            players.take(pa.array(np.asarray(batch.column("pc").to_numpy(), np.int64) - 1)),
+            pa.DictionaryArray.from_arrays(pa.array(board_of[bw]), boards),
+            window_ids.take(pa.array(bw)),
+            pa.DictionaryArray.from_arrays(pa.array(player.astype(np.int32)), players),
             batch.column("score"), batch.column("sort_key"), pa.array(rank),
             pa.array(percentile), batch.column("matches"),
             batch.column("reached_us").cast(timestamp),
             batch.column("first_event_at").cast(timestamp),
             batch.column("last_us").cast(timestamp),
             matches.take(_codes(batch.column("mc"))),
-        ], schema=RANKED_SCHEMA)
+        ], schema=CODED_SCHEMA)
 
 
 def rank_stream(batches: pa.RecordBatchReader, *, boards: pa.ChunkedArray,
                 window_ids: pa.ChunkedArray, earliest: pa.ChunkedArray, totals: pa.Array,
                 players: pa.ChunkedArray, matches: pa.ChunkedArray) -> pa.RecordBatchReader:
-    """Standings rows (RANKED_SCHEMA) from `batches` ordered by (bw, sort_key desc, pc) with
+    """Standings rows (CODED_SCHEMA) from `batches` ordered by (bw, sort_key desc, pc) with
     columns bw, pc, score, sort_key, matches, reached_us, first_event_at, last_us, mc.
 
     Codes are 1-based: bw indexes `boards`, `window_ids`, `earliest` (that board ranks ties
-    by position, not shared) and `totals` (its player count); pc indexes `players`, mc
-    `matches` (0: no match, a null). percentile = 100 * (total - rank + 1) / total, in
-    float64 as SQL computes it.
+    by position, not shared) and `totals` (its player count); pc indexes `players` (distinct,
+    the dictionary of the player_id column), mc `matches` (0: no match, a null).
+    percentile = 100 * (total - rank + 1) / total, in float64 as SQL computes it.
     """
-    return pa.RecordBatchReader.from_batches(RANKED_SCHEMA, _ranked(
-        batches, boards=boards.combine_chunks(), window_ids=window_ids.combine_chunks(),
+    names = boards.combine_chunks()
+    distinct, board_of = np.unique(np.asarray(names.to_numpy(zero_copy_only=False), dtype=object),
+                                   return_inverse=True)
+    return pa.RecordBatchReader.from_batches(CODED_SCHEMA, _ranked(
+        batches, board_of=board_of.astype(np.int32), boards=pa.array(distinct, pa.string()),
+        window_ids=window_ids.combine_chunks(),
         earliest=np.asarray(earliest.combine_chunks().to_numpy(zero_copy_only=False),
                             dtype=bool),
         totals=np.asarray(totals.to_numpy(zero_copy_only=False), dtype=np.int64),

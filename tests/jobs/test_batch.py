@@ -20,7 +20,7 @@ from oracle import absorbed_events, reference_standings
 import jobs.duckdb_engine as duckdb_engine
 from jobs.batch import run_batch
 from jobs.publish import PublishError, StandingsWriter, check_standings
-from jobs.rank_stream import RANKED_SCHEMA
+from jobs.rank_stream import CODED_SCHEMA
 from jobs.spec import STANDINGS_SCHEMA
 from leaderboard.bans import write_tombstone
 from leaderboard.batch_view import BatchView, open_current
@@ -416,7 +416,7 @@ def test_a_full_recompute_refuses_scores_that_do_not_add_up_to_the_counted_point
             yield batch.set_column(batch.schema.get_field_index("score"), "score", score)
 
     def reader(batches, **names):
-        return pa.RecordBatchReader.from_batches(RANKED_SCHEMA,
+        return pa.RecordBatchReader.from_batches(CODED_SCHEMA,
                                                  one_high(batches, **names))
 
     monkeypatch.setattr(duckdb_engine, "rank_stream", reader)
@@ -439,7 +439,7 @@ def test_a_failed_standings_write_stops_the_read_ahead_before_the_error_propagat
         # waits there, as on a real season's stream
         table = ranked(batches, **names).read_all()
         assert table.num_rows > 10
-        return pa.RecordBatchReader.from_batches(RANKED_SCHEMA, table.to_batches(1))
+        return pa.RecordBatchReader.from_batches(CODED_SCHEMA, table.to_batches(1))
 
     def failing_write(self, reader):
         reader.read_next_batch()
