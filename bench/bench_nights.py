@@ -4,7 +4,8 @@ Generates --days days of --events-per-day events (--players players; cached unde
 reused by later runs of the same shape), then runs one night after another as the DAG runs
 them (dags/nightly_standings.py): the batch writes the version (`run_batch`, publish=False),
 the release checks and publishes it, compaction rewrites the day's landing files, retention
-deletes raw partitions past the registry's retention_days and sweeps killed runs' files. The
+deletes raw partitions past the registry's retention_days and sweeps killed runs' files, and
+the analysts' warehouse is refreshed (no speed layer: its rebase is not measured). The
 raw events are a copy of the cached ones (compaction and retention change them), each day's
 partition copied in before its night. --nights N stops after N nights of the history.
 
@@ -21,11 +22,11 @@ Prints, as same-run figures (CPU seconds of this process: DuckDB's threads inclu
    Both versions' standings are compared row for row.
 
 Per night it also prints the board-windows built and carried forward, the event dates whose
-rollups were read, and the CPU of release, compaction and retention, and after the run the
-CPU of each post-batch task (validate, publish, compact, retention, sweep) of the early
-nights beside the late ones. --phases adds the batch
-CPU per phase (plan, roll up, engine passes, stream, checks, Parquet, manifest) of the early
-nights beside the late ones: what grows with the history.
+rollups were read, and the CPU of the tasks after the batch; after the run, the CPU of each
+of those tasks (validate, publish, compact, retention, sweep, warehouse) of the early nights
+beside the late ones. --phases adds the batch CPU per phase (plan, roll up, engine passes,
+stream, checks, Parquet, manifest) of the early nights beside the late ones: what grows with
+the history.
 
 Usage: python bench/bench_nights.py [--players 20000] [--events-per-day 30000] [--days 60]
        [--large] [--early 10] [--span 5] [--memory-limit 4GB] [--cache DIR] [--seed 0]
@@ -65,6 +66,7 @@ from jobs.compact import SpeedWatermark, compact_partition
 from jobs.release import publish_version, validate_version
 from jobs.retention import apply_retention
 from jobs.sweep import sweep_dead_runs
+from jobs.warehouse import refresh_warehouse
 from leaderboard.manifest import Manifest, read_version
 from leaderboard.registry import Registry
 from leaderboard.settings import Settings
@@ -82,7 +84,7 @@ class Night:
     mode: str
     batch_cpu: float
     batch_wall: float
-    after_cpu: float  # release + compaction + retention + sweep
+    after_cpu: float  # release + compaction + retention + sweep + warehouse
     tasks: dict[str, float]  # CPU s of each post-batch task (the DAG's order)
     built: int
     carried: int
@@ -232,6 +234,7 @@ def _night(settings: Settings, day: date, *, full: bool = False,
         task("retention", lambda: apply_retention(lake, day, settings.registry.retention_days,
                                                   speed=quiet))
         task("sweep", lambda: sweep_dead_runs(lake))
+        task("warehouse", lambda: refresh_warehouse(settings.data_dir, settings.registry))
     manifest = read_version(lake, result.manifest.version)
     night = Night(day, result.mode, batch_cpu, batch_wall, sum(tasks.values()), tasks, built,
                   carried, dates, result.standings_rows, _published_rows(lake, manifest))
@@ -384,7 +387,8 @@ def main(argv: list[str] | None = None) -> None:
     whole_early = statistics.fmean(n.batch_cpu + n.after_cpu
                                    for n in nights[max(0, args.early - args.span):args.early])
     whole_late = statistics.fmean(n.batch_cpu + n.after_cpu for n in nights[days - args.span:])
-    print(f"whole DAG night (batch + release, compaction, retention, sweep), same nights: "
+    print(f"whole DAG night (batch + release, compaction, retention, sweep, warehouse), same "
+          "nights: "
           f"{whole_late:.2f} s / {whole_early:.2f} s = {whole_late / whole_early:.2f}x")
     # A night re-ranks every window it touches: the long windows' player counts grow until
     # every player has appeared in them, which no carrying can avoid.

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from leaderboard.countries import COUNTRIES
 from leaderboard.lake import quarantine_dir
-from leaderboard.manifest import Manifest, list_versions, read_current
+from leaderboard.manifest import Manifest, manifests_dir, read_current
 from leaderboard.profiles import PROFILE_SCHEMA, profiles_dir
 from leaderboard.registry import Registry
 from leaderboard.schema import QUARANTINE_SCHEMA
@@ -42,30 +42,147 @@ def warehouse_path(data_dir: Path) -> Path:
     return data_dir / "warehouse.duckdb"
 
 
-def _latest_per_day(lake: Path) -> list[Manifest]:
-    latest: dict[str, Manifest] = {}
-    for manifest in list_versions(lake):
-        latest[manifest.as_of] = manifest  # list_versions is oldest first
-    return [latest[d] for d in sorted(latest)]
+#: What the warehouse keeps about the lake it was built from, so that the next refresh reads
+#: only what is new (versions and files change only when an erasure rewrites them, keeping
+#: their columns): the lake's path, each manifest read (file stem, version, as_of,
+#: created_at, standings index, the file's signature: a manifest rewritten in place is read
+#: again), the newest version of each day, the standings and histogram files those name,
+#: and which added columns each of those files holds (from its footer).
+_META_LAKE = "meta_lake"
+_META_VERSIONS = "meta_versions"
+_META_LATEST = "meta_latest_versions"
+_META_COLUMNS = "meta_file_columns"
+_META_FILES = "meta_files"
 
 
-def _files_table(lake: Path, manifests: list[Manifest], column: str) -> pa.Table:
-    parts = []
-    for manifest in manifests:
-        index = manifest.standings(lake)
-        n = index.num_rows
-        parts.append(pa.table({
-            "as_of": pa.array([manifest.as_of] * n, pa.string()).cast(pa.date32()),
-            "version": pa.array([manifest.version] * n, pa.string()),
-            "board": index.column("board"), "window_id": index.column("window_id"),
-            "path": pc.binary_join_element_wise(str(lake) + "/", index.column(column), ""),
-        }))
-    if not parts:
-        return pa.table({"as_of": pa.array([], pa.date32()), "version": pa.array([], pa.string()),
-                         "board": pa.array([], pa.string()),
-                         "window_id": pa.array([], pa.string()),
-                         "path": pa.array([], pa.string())})
-    return pa.concat_tables(parts)
+@dataclass(frozen=True)
+class _Version:
+    stem: str
+    version: str
+    as_of: str
+    created_at: str
+    index: str  # the standings index, lake-relative
+    signature: str  # the manifest file's inode, mtime and size (a rewrite changes it)
+    fresh: bool = False  # read this refresh (not as the previous build knew it)
+
+
+def _signature(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_ino}:{stat.st_mtime_ns}:{stat.st_size}"
+
+
+def _attach_previous(con: duckdb.DuckDBPyConnection, target: Path, lake: Path) -> bool:
+    """Attach the warehouse being replaced as `old` (read-only) when it was built from this
+    lake by a build that keeps the meta tables; else the refresh reads everything."""
+    if not target.exists():
+        return False
+    try:
+        con.execute("ATTACH ? AS old (READ_ONLY)", [str(target)])
+    except duckdb.Error:
+        return False
+    try:
+        built = con.execute(f"SELECT lake FROM old.{_META_LAKE}").fetchall()
+        con.execute(f"SELECT stem, version, as_of, created_at, index_path, signature "
+                    f"FROM old.{_META_VERSIONS} LIMIT 0")
+        con.execute(f"SELECT version FROM old.{_META_LATEST} LIMIT 0")
+        con.execute(f"SELECT kind, path FROM old.{_META_FILES} LIMIT 0")
+        con.execute(f"SELECT kind, path, column_name, present FROM old.{_META_COLUMNS} LIMIT 0")
+    except duckdb.Error:
+        built = []
+    if built != [(str(lake),)]:
+        con.execute("DETACH old")
+        return False
+    return True
+
+
+def _latest_per_day(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
+                    ) -> list[_Version]:
+    """The newest version of each as_of (as `list_versions` orders them: as_of, then
+    created_at), reading only the manifests the previous build had not read. Fills
+    `meta_versions` and `meta_latest_versions`."""
+    known: dict[str, _Version] = {}
+    if previous:
+        known = {row[0]: _Version(row[0], row[1], row[2], row[3],
+                                  str(Path(row[4]).relative_to(lake)), row[5])
+                 for row in con.execute(
+                     f"SELECT stem, version, as_of, created_at, index_path, signature "
+                     f"FROM old.{_META_VERSIONS}").fetchall()}
+    found = []
+    for path in sorted(manifests_dir(lake).glob("*.json")):
+        stem = path.name.removesuffix(".json")
+        if path.name == "current.json":
+            continue
+        try:
+            signature = _signature(path)
+            if stem in known and known[stem].signature == signature:
+                found.append(known[stem])  # unchanged since the previous build
+                continue
+            manifest = Manifest.from_json(path.read_text())
+            index = str(manifest.index["standings"]["path"])
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # as list_versions: an unreadable manifest is no version
+        found.append(_Version(stem, manifest.version, manifest.as_of, manifest.created_at,
+                              index, signature, fresh=True))
+    latest: dict[str, _Version] = {}
+    for entry in sorted(found, key=lambda v: (v.as_of, v.created_at)):
+        latest[entry.as_of] = entry
+    chosen = [latest[d] for d in sorted(latest)]
+    for table, rows in ((_META_VERSIONS, found), (_META_LATEST, chosen)):
+        con.register("versions_arrow", pa.table({
+            "stem": [v.stem for v in rows], "version": [v.version for v in rows],
+            "as_of": pa.array([v.as_of for v in rows], pa.string()),
+            "created_at": [v.created_at for v in rows],
+            "index_path": pa.array([str(lake / v.index) for v in rows], pa.string()),
+            "signature": pa.array([v.signature for v in rows], pa.string())}))
+        con.execute(f"CREATE TABLE {table} AS SELECT * FROM versions_arrow")
+        con.unregister("versions_arrow")
+    return chosen
+
+
+def _build_files(con: duckdb.DuckDBPyConnection, lake: Path, name: str, column: str,
+                 versions: list[_Version], previous: bool) -> list[str]:
+    """`<name>_files`: a view of every row of the day's newest versions' standings indexes
+    (read by DuckDB when queried: nothing per version is copied into the warehouse, a size
+    that grew with the square of the history). Returns the distinct data files: the
+    previous build's plus those of the versions it did not have, when every version it had
+    is still a day's newest and unchanged (an erasure rewrites manifests in place); else
+    every index is read."""
+    if not versions:
+        con.execute(f"CREATE VIEW {name}_files AS SELECT NULL::DATE AS as_of, NULL::VARCHAR "
+                    "AS version, NULL::VARCHAR AS board, NULL::VARCHAR AS window_id, "
+                    "NULL::VARCHAR AS path WHERE false")
+        return _noted(con, name, [])
+    indexes = _paths_sql([str(lake / v.index) for v in versions])
+    prefix = (str(lake) + "/").replace("'", "''")
+    con.execute(f"""
+        CREATE VIEW {name}_files AS
+        SELECT v.as_of::DATE AS as_of, v.version, i.board, i.window_id,
+               '{prefix}' || i.{column} AS path
+        FROM read_parquet({indexes}, filename = true, hive_partitioning = false) i
+        JOIN {_META_LATEST} v ON v.index_path = i.filename""")
+    if previous:
+        had = {row[0] for row in con.execute(
+            f"SELECT version FROM old.{_META_LATEST}").fetchall()}
+        if had <= {v.version for v in versions if not v.fresh}:
+            fresh = [v for v in versions if v.version not in had]
+            known = con.execute(f"SELECT path FROM old.{_META_FILES} WHERE kind = ?",
+                                [name]).fetchall()
+            paths = {row[0] for row in known}
+            if fresh:
+                paths.update(row[0] for row in con.execute(
+                    f"SELECT DISTINCT '{prefix}' || {column} FROM read_parquet("
+                    f"{_paths_sql([str(lake / v.index) for v in fresh])})").fetchall())
+            return _noted(con, name, sorted(paths))
+    return _noted(con, name, [row[0] for row in con.execute(
+        f"SELECT DISTINCT path FROM {name}_files ORDER BY path").fetchall()])
+
+
+def _noted(con: duckdb.DuckDBPyConnection, kind: str, paths: list[str]) -> list[str]:
+    """`paths` noted in `meta_files` as the files of `kind` this build names."""
+    con.register("noted_arrow", pa.table({"path": pa.array(paths, pa.string())}))
+    con.execute(f"INSERT INTO {_META_FILES} SELECT ?, path FROM noted_arrow", [kind])
+    con.unregister("noted_arrow")
+    return paths
 
 
 def _paths_sql(paths: list[str]) -> str:
@@ -88,19 +205,44 @@ def _boards_table(registry: Registry) -> pa.Table:
     })
 
 
-def _readable(con: duckdb.DuckDBPyConnection, paths: list[str], columns: str,
+def _holding(con: duckdb.DuckDBPyConnection, kind: str, paths: list[str],
+             added: tuple[tuple[str, str], ...], previous: bool) -> dict[str, int]:
+    """How many of `paths` hold each added column, from the files' footers; a file the
+    previous build looked at is not opened again. Fills `meta_file_columns`."""
+    con.register("paths_arrow", pa.table({"path": paths}))
+    for column, _sql_type in added:
+        if previous:
+            con.execute(f"""INSERT INTO {_META_COLUMNS} SELECT m.* FROM old.{_META_COLUMNS} m
+                            SEMI JOIN paths_arrow p ON p.path = m.path
+                            WHERE m.kind = ? AND m.column_name = ?""", [kind, column])
+        new = [row[0] for row in con.execute(
+            f"""SELECT path FROM paths_arrow ANTI JOIN (SELECT path FROM {_META_COLUMNS}
+                WHERE kind = ? AND column_name = ?) USING (path) ORDER BY path""",
+            [kind, column]).fetchall()]
+        if new:
+            con.execute(f"""
+                INSERT INTO {_META_COLUMNS}
+                SELECT ?, p.path, ?, h.file_name IS NOT NULL
+                FROM (SELECT unnest(?::VARCHAR[]) AS path) p
+                LEFT JOIN (SELECT DISTINCT file_name FROM parquet_schema({_paths_sql(new)})
+                           WHERE name = ?) h ON h.file_name = p.path""",
+                [kind, column, new, column])
+    con.unregister("paths_arrow")
+    return {column: con.execute(
+        f"SELECT count(*) FROM {_META_COLUMNS} WHERE kind = ? AND column_name = ? AND present",
+        [kind, column]).fetchall()[0][0] for column, _sql_type in added}
+
+
+def _readable(holding: dict[str, int], paths: list[str], columns: str,
               added: tuple[tuple[str, str], ...]) -> tuple[str, str]:
     """(select list, union_by_name) reading `columns` from `paths`, some of which may
-    predate the `added` columns: those read as null from such files, or are null
-    constants when no file has them."""
+    predate the `added` columns (`holding`: how many files hold each): those read as null
+    from such files, or are null constants when no file has them."""
     by_name = False
     for column, sql_type in added:
-        holding = con.execute(
-            f"SELECT count(DISTINCT file_name) FROM parquet_schema({_paths_sql(paths)}) "
-            "WHERE name = ?", [column]).fetchall()[0][0]
-        if holding == 0:
+        if holding[column] == 0:
             columns = re.sub(rf"\b{column}\b", f"NULL::{sql_type} AS {column}", columns)
-        elif holding < len(paths):
+        elif holding[column] < len(paths):
             by_name = True
     return columns, "true" if by_name else "false"
 
@@ -170,11 +312,16 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
     target = warehouse_path(data_dir)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     temp.unlink(missing_ok=True)
-    manifests = _latest_per_day(lake)
     current = read_current(lake)
     con = duckdb.connect(str(temp))
     try:
         con.execute("SET TimeZone = 'UTC'")
+        previous = _attach_previous(con, target, lake)
+        versions = _latest_per_day(lake, con, previous)
+        con.execute(f"CREATE TABLE {_META_LAKE} AS SELECT ? AS lake", [str(lake)])
+        con.execute(f"CREATE TABLE {_META_FILES} (kind VARCHAR, path VARCHAR)")
+        con.execute(f"CREATE TABLE {_META_COLUMNS} (kind VARCHAR, path VARCHAR, "
+                    "column_name VARCHAR, present BOOLEAN)")
         events = sorted(str(p) for p in lake.glob("events/ingest_date=*/part-*.parquet"))
         if events:
             # Files from before the backfill column read it as false; before the board
@@ -192,13 +339,10 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
                         "WHERE false")
         for name, column, columns in (("standings", "path", _STANDINGS_COLUMNS),
                                       ("histograms", "histogram", _HISTOGRAM_COLUMNS)):
-            files = _files_table(lake, manifests, column)
-            con.register("files_arrow", files)
-            con.execute(f"CREATE TABLE {name}_files AS SELECT * FROM files_arrow")
-            con.unregister("files_arrow")
-            paths = sorted(set(files.column("path").to_pylist()))
+            paths = _build_files(con, lake, name, column, versions, previous)
             if paths:
-                columns, by_name = _readable(con, paths, columns, _ADDED_COLUMNS[name])
+                holding = _holding(con, name, paths, _ADDED_COLUMNS[name], previous)
+                columns, by_name = _readable(holding, paths, columns, _ADDED_COLUMNS[name])
                 con.execute(f"""
                     CREATE VIEW {name} AS
                     SELECT f.as_of, f.version, f.board, f.window_id, {columns}
@@ -234,6 +378,8 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
         con.register("boards_arrow", _boards_table(registry))
         con.execute("CREATE TABLE boards AS SELECT * FROM boards_arrow")
         con.unregister("boards_arrow")
+        if previous:
+            con.execute("DETACH old")
         con.execute("CHECKPOINT")
     finally:
         con.close()
