@@ -62,7 +62,8 @@ _US_PER_DAY = 86_400_000_000
 #: 2^time_bits, based rows, plain rows, the writer's floor, mixed-sign sum (0|1). A row is
 #: its fields, each followed by '\n' (player and match ids never hold a control character).
 #: Plain row: player, values; based row (the player has a base key in this version): player,
-#: base key, base mark (`last` only), values.
+#: base key, base mark (`last` only) or exact base total (a mixed-sign sum, see below: the
+#: batch's total where the key is at the limit, else ''), values.
 #: Values (see `value_fields`): sum with shared ties: sort-key delta (points delta times the
 #: sign, so the script hands the text to ZINCRBY as is); sum with earliest ties:
 #: delta, t of the latest event; max|min: best points, its t; last: points, event time (us,
@@ -129,14 +130,23 @@ local function exact_add(p, cur, d)
   if math.abs(total) <= limit then redis.call('HDEL', L, p) return total end
   return clamp(total)
 end
+-- A based player's first touch on a mixed-sign board: its base key goes to T, and its exact
+-- base total (sent where the key is at the limit, else '') is kept.
+local function first_touch(p, base, total)
+  redis.call('ZADD', T, base, p)
+  if total ~= '' then
+    redis.call('HSET', L, p, total)
+    any_kept = true
+  end
+end
 if agg == 'sum' and not earliest and exact then
-  for p, base, delta in string.gmatch(ARGV[8], F .. F .. F) do
+  for p, base, total, delta in string.gmatch(ARGV[8], F .. F .. F .. F) do
     if not banned(p) then
       local cur = redis.call('ZSCORE', M, p)
       if cur then cur = tonumber(cur)
       elseif redis.call('ZSCORE', T, p) then cur = 0  -- a recompute left nothing over it
       else
-        redis.call('ZADD', T, base, p)
+        first_touch(p, base, total)
         cur = tonumber(base)
       end
       redis.call('ZADD', M, exact_add(p, cur, delta), p)
@@ -193,7 +203,7 @@ else
       if agg == 'last' then curmark = redis.call('HGET', L, p) end
     elseif base and not redis.call('ZSCORE', T, p) then
       cur = tonumber(base)
-      redis.call('ZADD', T, cur, p)
+      if exact then first_touch(p, base, mark) else redis.call('ZADD', T, cur, p) end
       curmark = mark
       -- Keep the base's mark: a later file that finds the player in M reads it from L.
       if agg == 'last' and mark and mark ~= '' then redis.call('HSET', L, p, mark) end
@@ -237,6 +247,13 @@ else
     end
     for p, a, b, c, d in string.gmatch(ARGV[9], string.rep(F, 5)) do
       apply(p, false, false, a, b, c, d)
+    end
+  elseif exact then  -- based rows carry the exact base total (in the mark's place)
+    for p, base, total, a, b in string.gmatch(ARGV[8], string.rep(F, 5)) do
+      apply(p, base, total, a, b)
+    end
+    for p, a, b in string.gmatch(ARGV[9], string.rep(F, 3)) do
+      apply(p, false, false, a, b)
     end
   else
     for p, base, a, b in string.gmatch(ARGV[8], string.rep(F, 4)) do
@@ -611,13 +628,17 @@ class _BaseWindow:
     rows: dict[str, int]
     keys: pa.Array
     marks: pa.Array | None
+    #: A mixed-sign sum board's players whose base score is at the limit: their exact base
+    #: total (text), which the key no longer holds (`BaseKeys.window`).
+    exact: dict[str, str] = field(default_factory=dict)
 
 
 class BaseKeys:
     """Base sort keys (and `last` marks) of one batch version, loaded per board-window."""
 
-    def __init__(self, view: BatchView | None) -> None:
+    def __init__(self, view: BatchView | None, registry: Registry | None = None) -> None:
         self.view = view
+        self.registry = registry
         self._cache: dict[tuple[str, str], _BaseWindow | None] = {}
 
     def window(self, board: Board, window_id: str) -> _BaseWindow | None:
@@ -640,9 +661,34 @@ class BaseKeys:
                     marks = pc.binary_join_element_wise(latest, last_match, "|")
                 players = table.column("player_id").to_pylist()
                 found = _BaseWindow(dict(zip(players, range(len(players)), strict=True)),
-                                    _text(table.column("sort_key").combine_chunks()), marks)
+                                    _text(table.column("sort_key").combine_chunks()), marks,
+                                    self._exact(board, window_id, table))
             self._cache[key] = found
         return self._cache[key]
+
+    def _exact(self, board: Board, window_id: str, table: pa.Table) -> dict[str, str]:
+        """On a mixed-sign sum board, the exact base total of each player whose score is at
+        the key's limit, from the version's rollup rows (what the batch sums before it
+        clamps): the fold keeps it for them (FOLD_SCRIPT's kept totals), so a live total
+        that comes back below the limit is the batch's. Rare (65,536 events at the board's
+        largest |points| at least), so read per such player."""
+        if (self.view is None or self.registry is None or not board.mixed_sum
+                or "score" not in table.column_names):
+            return {}
+        from speed_layer.seed import player_rollups, rollup_updates  # seed imports the fold
+
+        window = self.registry.calendar.window(window_id)
+        limit = self.registry.layout(board, window.kind).limit
+        scores = table.column("score")
+        at_limit = pc.equal(pc.abs(scores), pa.scalar(limit, scores.type))
+        found = {}
+        for player in table.column("player_id").filter(at_limit).to_pylist():
+            rows = player_rollups(self.view.lake, self.view.manifest, player)
+            total = sum(int(v) for update in rollup_updates(rows, self.registry)
+                        if (update.board.name, update.window.id) == (board.name, window_id)
+                        for v in update.values[0].to_pylist())
+            found[player] = str(total)
+        return found
 
     def lookup(self, board: Board, window_id: str) -> dict[str, tuple[str, str]]:
         """{player: (base sort key, base mark or '')} of one board-window (tests, tools)."""
@@ -667,6 +713,10 @@ def encode_rows(update: Update, base: _BaseWindow | None) -> tuple[bytes, bytes]
         return b"", _lines([players, *values])
     based = pa.array(known)
     base_columns = [base.keys.take(pa.array(at[known]))]
+    if update.board.mixed_sum:  # the exact base total where the key is at the limit
+        exact = base.exact.get
+        base_columns.append(pa.array([exact(p, "") for p in
+                                      players.filter(based).to_pylist()], pa.string()))
     if update.board.aggregation == "last":
         assert base.marks is not None
         base_columns.append(base.marks.take(pa.array(at[known])))
@@ -739,7 +789,7 @@ class Folder:
         view = None
         if version.version is not None:
             view = BatchView(self.lake, read_version(self.lake, version.version))
-        self._bases[tag] = BaseKeys(view)
+        self._bases[tag] = BaseKeys(view, self.registry)
         while len(self._bases) > KEPT_BASES:
             dropped = next(iter(self._bases))
             del self._bases[dropped]

@@ -18,7 +18,7 @@ from strategies import saturating_folds
 
 from jobs.batch import run_batch
 from leaderboard.batch_view import BatchView
-from leaderboard.lake import landed_files
+from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import read_current, watermark_for
 from leaderboard.registry import Registry, load_registry
 from leaderboard.settings import Settings
@@ -247,3 +247,49 @@ def test_a_sum_of_both_signs_is_its_exact_total_clamped_once_whatever_the_files(
     scores = {p: sign * (k // span if case["ties"] == "earliest" else k)
               for p, k in live.items()}
     assert scores == {p: max(-limit, min(limit, t)) for p, t in totals.items()}
+
+
+def test_a_live_total_over_a_saturated_base_is_the_batchs(redis_client, tmp_path):
+    """The base key of a player whose absorbed total passed the limit is the limit: the
+    fold started from it, so L x 65,541 absorbed then -L x 10 live served L - 10 P where
+    the batch of everything serves the exact total clamped once, L x 65,531. Now the fold
+    starts such a player from the version's rollup rows (the batch's exact total), on
+    both tie policies; the other player, off the limit, is unchanged."""
+    start = datetime(2026, 11, 28, 10, tzinfo=UTC)
+    for ties in ("shared", "earliest"):
+        registry, limit, points = _mixed_sum_registry(ties, "desc")
+        raw = {"regions": ["na"], "modes": ["ranked"], "boards": [
+            {"scope": "global", "windows": ["daily", "all-time"], "ties": ties,
+             "min_points": -points, "max_points": points}]}
+        config = tmp_path / f"{ties}.toml"
+        write_registry(config, raw)
+        registry = registry_from(raw)
+        root = tmp_path / ties
+        settings = Settings.from_env({"LEADERBOARD_DATA": str(root),
+                                      "LEADERBOARD_CONFIG": str(config)})
+        lake = settings.lake_dir
+        absorbed = [("ann", points)] * 65_541 + [("bob", 3)]
+        live = [("ann", -points)] * 10 + [("bob", -1)]
+        with LandingWriter(lake, "w") as writer:
+            for name, rows, at in (("a", absorbed, start), ("b", live,
+                                                              start + timedelta(days=1))):
+                n = len(rows)
+                writer.land(pa.table({
+                    "match_id": [f"{name}{i}" for i in range(n)],
+                    "player_id": [p for p, _ in rows],
+                    "points": pa.array([x for _, x in rows], pa.int64()),
+                    "event_time": pa.array([at] * n, pa.timestamp("us", tz="UTC")),
+                    "region": ["na"] * n, "mode": ["ranked"] * n, "server_id": ["s1"] * n,
+                }), at + timedelta(minutes=5))
+        manifest = run_batch(settings, date(2026, 11, 28)).manifest
+        version = SpeedVersion(manifest.version, watermark_for(manifest.as_of_date))
+        Folder(redis_client, registry, lake).catch_up(version)
+        span = 1 << registry.layout(registry.board("global"), "all-time").time_bits
+        keys = BoardWindowKeys("global", "all-time", version.tag)
+        live_scores = {p.decode(): int(k) // (span if ties == "earliest" else 1)
+                       for p, k in redis_client.zrange(keys.merged, 0, -1, withscores=True)}
+        assert live_scores == {"ann": min(limit, 65_531 * points), "bob": 2}, ties
+        want = {r.player_id: r.sort_key for r in
+                reference_standings(lake, registry, None)[("global", "all-time")]}
+        assert {p.decode(): int(k) for p, k in redis_client.zrange(
+            keys.merged, 0, -1, withscores=True)} == want, ties
