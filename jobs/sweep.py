@@ -206,6 +206,11 @@ def _sweep(lake: Path, candidates_of: Callable[[set[str]], list[Path]]) -> Sweep
     written its manifest), then the manifests."""
     _running, dead = _lock_states(lake)
     candidates = candidates_of(dead)
+    if not candidates:
+        # Nothing to delete (a batch's own lock is the only one, say): the manifests, as
+        # many as the history's versions, are not read.
+        _drop_tombstones(lake, dead)
+        return SweepReport()
     running, _dead = _lock_states(lake)
     manifests = _manifests(lake)
     named_runs = {m.version for m in manifests}
