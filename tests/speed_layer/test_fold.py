@@ -224,8 +224,8 @@ def _saturating_file(runs: list[tuple[str, str, int]], points: int) -> pa.Table:
 def test_a_sum_of_both_signs_is_its_exact_total_clamped_once_whatever_the_files(
         redis_client, case):
     """The batch's score of a `sum` board is the exact total clamped once at the key's
-    limit (DESIGN.md 3; docs/architecture.md, limits of the sort key). The fold clamped
-    each file's sum and then after each add, so on a board of both signs a total that
+    limit (docs/design.md section 3; docs/architecture.md, limits of the sort key). The fold
+    clamped each file's sum and then after each add, so on a board of both signs a total that
     passed the limit and came back (+L x 65,536, then -L) was L - P live where the batch
     serves the exact total: the layers disagreed until the next batch. Now, for any files
     near the limit, each player's live score is this model's: plain integers, clamped once."""
