@@ -83,6 +83,42 @@ _ROLLUP_COLUMNS = """
 _PACK_BITS = 32
 _PACK = 2**_PACK_BITS
 
+#: The bits a narrow (BIGINT) last key may use (`_LastKey`): below 2^62, so no sum or
+#: shift of it comes near the sign bit.
+_NARROW_BITS = 62
+
+
+class _LastKey:
+    """How the latest (event time, match code) pair of a row is packed into one key whose
+    max is the latest pair: narrow, a BIGINT (time - first time) * 2^bits + code, when the
+    run's time span and match codes fit `_NARROW_BITS` (a max over BIGINT is about a third
+    cheaper than over HUGEINT in the standings aggregation, ~3-5 s of 50M fanned-out rows
+    at 300k players); else wide, a HUGEINT time * 2^32 + code."""
+
+    def __init__(self, first_us: int | None, last_us: int | None, codes: int) -> None:
+        budget = _NARROW_BITS
+        self.bits = max(codes, 1).bit_length()
+        span = (last_us - first_us) if first_us is not None and last_us is not None else None
+        self.narrow = span is not None and span.bit_length() + self.bits <= budget
+        self.origin = first_us if self.narrow and first_us is not None else 0
+        if not self.narrow:
+            self.bits = _PACK_BITS
+
+    def pack(self, at: str, code: str) -> str:
+        """The key of timestamp expression `at` and match code `code`."""
+        if self.narrow:
+            return f"((epoch_us({at}) - {self.origin})::BIGINT * {1 << self.bits} + {code})"
+        return f"(epoch_us({at})::HUGEINT * {_PACK} + {code})"
+
+    def time_us(self, key: str) -> str:
+        """The event time (epoch microseconds) of a key."""
+        return f"({_high(key, self.bits)}::BIGINT + {self.origin})"
+
+    def code(self, key: str) -> str:
+        """The match code of a key."""
+        return f"{_low(key, self.bits)}::BIGINT" if not self.narrow else (
+            f"(({key}) & {(1 << self.bits) - 1})::BIGINT")
+
 #: A packed (score, time mark) pair: score * 2^64 + mark, 0 <= mark < 2^64, as one HUGEINT:
 #: min/max over it is a native numeric aggregate, where a {score, time} struct compares
 #: field by field (several times slower over the fanned-out rows).
@@ -476,19 +512,27 @@ class DuckDBEngine:
             JOIN bw_t b ON b.bno = s.bno AND b.wno = c.wno
         """)
         # The latest counted event of a (board-window, player) is the largest (event time,
-        # match code) pair, packed in one HUGEINT key (a match code is below 2^32; times may
-        # be negative, so it is a product, not a shift): max gives its time and match, and
-        # arg_max a `last` board's points. A max or min board's best (score, earliest time)
-        # is one packed key too. Codes and keys are computed once per rollup row, before the
-        # fan-out multiplies the rows by the board-windows they feed; each fanned-out row
-        # keeps only the key its board aggregates (the others null, skipped for free).
+        # match code) pair, packed in one key (`_LastKey`: a BIGINT when the run's time span
+        # and match codes fit, else a HUGEINT; times may be negative, so it is a product,
+        # not a shift): max gives its time and match, and arg_max a `last` board's points.
+        # A max or min board's best (score, earliest time) is one packed key too. Codes and
+        # keys are computed once per rollup row, before the fan-out multiplies the rows by
+        # the board-windows they feed; each fanned-out row keeps only the key its board
+        # aggregates (the others null, skipped for free).
+        first_us, last_us = con.execute("""
+            SELECT min(t), max(t) FROM (SELECT epoch_us(last_event_at) AS t FROM rollup_rows
+                                        UNION ALL
+                                        SELECT epoch_us(last_event_at) FROM state_v)
+        """).fetchall()[0]
+        codes = con.execute("SELECT count(*) FROM matches_i").fetchall()[0][0]
+        last = _LastKey(first_us, last_us, codes)
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE coded AS
             SELECT p.pc, rm.rmc, r.event_date, r.mask, r.from_delta, r.matches,
                    r.points_sum, {_best_key("r.max_points", "r.max_at", largest=True)} AS max_key,
                    {_best_key("r.min_points", "r.min_at", largest=False)} AS min_key,
                    r.last_points, r.first_event_at,
-                   epoch_us(r.last_event_at)::HUGEINT * {_PACK} + m.mc AS last_key
+                   {last.pack("r.last_event_at", "m.mc")} AS last_key
             FROM rollup_rows r
             JOIN players_i p ON p.player_id = r.player_id
             JOIN matches_i m ON m.last_match = r.last_match
@@ -532,7 +576,7 @@ class DuckDBEngine:
                        {_best_key("st.max_points", "st.max_at", largest=True)},
                        {_best_key("st.min_points", "st.min_at", largest=False)},
                        st.last_points, st.first_event_at,
-                       epoch_us(st.last_event_at)::HUGEINT * {_PACK} + coalesce(m.mc, 0)
+                       {last.pack("st.last_event_at", "coalesce(m.mc, 0)")}
                 FROM ({_STATE_ROWS}) st LEFT JOIN matches_i m ON m.last_match = st.last_match
                 WHERE st.bw BETWEEN {{lo}} AND {{hi}}
             ), u AS (
@@ -546,8 +590,8 @@ class DuckDBEngine:
             ), s AS (
                 SELECT u.bw, u.pc, b.sign, b.earliest, b.time_bits, b.time_unit_us,
                        b.window_start_us, u.matches, u.first_event_at,
-                       {_high("u.last_key", _PACK_BITS)}::BIGINT AS last_us,
-                       {_low("u.last_key", _PACK_BITS)}::BIGINT AS mc,
+                       {last.time_us("u.last_key")} AS last_us,
+                       {last.code("u.last_key")} AS mc,
                        CASE b.aggregation
                            WHEN 'sum' THEN {_saturated("u.points_sum", "b.score_limit")}
                            WHEN 'max' THEN {mx_p}

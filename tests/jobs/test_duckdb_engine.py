@@ -75,6 +75,40 @@ def test_parts_publish_what_one_part_does(tmp_path: Path, monkeypatch: pytest.Mo
         assert got[key].equals(table), key
 
 
+def test_a_wide_last_key_publishes_what_a_narrow_one_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The latest (time, match) pair packs into a BIGINT when the run's time span and match
+    codes fit (every small lake), else into a HUGEINT: both publish the same bytes (last
+    boards' scores, last_event_at and last_match_id included, EVERY_KIND)."""
+    config = tmp_path / "kinds.toml"
+    write_registry(config, EVERY_KIND)
+    base = tmp_path / "base"
+    (base / "lake").mkdir(parents=True)
+    generate_season(GenerateSpec(players=120, days=3, events_per_day=900, start=START,
+                                 seed=5, dirty=0.05), registry_from(EVERY_KIND), base / "lake")
+    as_of = START + timedelta(days=2)
+    narrow, wide = tmp_path / "narrow", tmp_path / "wide"
+    for data in (narrow, wide):
+        shutil.copytree(base, data)
+    chosen: list[bool] = []
+    key = duckdb_engine._LastKey
+
+    def spy(*args: Any) -> duckdb_engine._LastKey:
+        found = key(*args)
+        chosen.append(found.narrow)
+        return found
+
+    monkeypatch.setattr(duckdb_engine, "_LastKey", spy)
+    run_batch(_settings(narrow, config), as_of, engine="duckdb", full=True)
+    monkeypatch.setattr(duckdb_engine, "_NARROW_BITS", 0)
+    run_batch(_settings(wide, config), as_of, engine="duckdb", full=True)
+    assert chosen == [True, False]
+    want, got = _published(narrow / "lake"), _published(wide / "lake")
+    assert got.keys() == want.keys()
+    for name, table in want.items():
+        assert got[name].equals(table), name
+
+
 NIGHTS_START = day("2026-11-28")
 
 
