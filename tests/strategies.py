@@ -55,6 +55,7 @@ __all__ = [
     "rate_deliveries",
     "registries",
     "registry_raws",
+    "scope_rollup_rows",
     "server_ids",
     "sort_key_cases",
     "text_row",
@@ -689,3 +690,14 @@ def saturating_folds(draw: st.DrawFn) -> dict[str, Any]:
                               counts), min_size=1, max_size=3)
     return {"ties": draw(tie_policies()), "order": draw(orders()),
             "files": draw(st.lists(runs, min_size=1, max_size=5))}
+
+
+def scope_rollup_rows() -> st.SearchStrategy[list[tuple[str, int, str | None, str | None, int]]]:
+    """Rollup rows for the all-time scope-points check (jobs.batch._add_scope_points):
+    (player, day of January 2026, region ("" for a direct score, or none), mode, points_sum
+    within +-2^62, the extremes drawn often)."""
+    row = st.tuples(
+        st.sampled_from(["a", "b", "c"]), st.integers(1, 4),
+        st.sampled_from(["", "eu", "na", None]), st.sampled_from(["duel", "squad", None]),
+        st.one_of(st.integers(-2**62, 2**62), st.sampled_from([2**62, -2**62, 0, -1])))
+    return st.lists(row, max_size=30)

@@ -14,8 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from lakes import EXOTIC, day, land, random_scores, random_stream, registry_from, write_registry
 from oracle import absorbed_events, reference_standings
+from strategies import scope_rollup_rows
 
 import jobs.duckdb_engine as duckdb_engine
 from jobs.batch import run_batch
@@ -454,3 +457,32 @@ def test_a_failed_standings_write_stops_the_read_ahead_before_the_error_propagat
     assert not [t for t in set(threading.enumerate()) - before
                 if t.name == "standings-prefetch"]
     assert read_current(data / "lake") is None
+
+
+
+@given(rows=scope_rollup_rows(), banned=st.sampled_from([set(), {"a"}]),
+       end=st.integers(1, 5))
+def test_scope_points_are_the_exact_sums_by_scope(rows, banned, end):
+    """The all-time check's per-scope sums (one int64 grouping by (region, mode) in high and
+    low parts) equal exact sums: events count on global, their region and mode; direct
+    scores (region "") on their board only; nothing at or after `end`, nor of the banned,
+    nor with no region; points at +-2^62 without overflow."""
+    from jobs.batch import _add_scope_points
+    from jobs.spec import ROLLUP_SCHEMA
+
+    n = len(rows)
+    columns = {
+        "player_id": pa.array([r[0] for r in rows], pa.string()),
+        "event_date": pa.array([date(2026, 1, r[1]) for r in rows], pa.date32()),
+        "region": pa.array([r[2] for r in rows], pa.string()),
+        "mode": pa.array([r[3] for r in rows], pa.string()),
+        "points_sum": pa.array([r[4] for r in rows], pa.int64())}
+    table = pa.table({f.name: columns.get(f.name, pa.nulls(n, f.type)) for f in ROLLUP_SCHEMA})
+    want: dict[str, int] = {"global": 7}
+    for player, day_of, region, mode, points in rows:
+        if day_of >= end or player in banned or region is None:
+            continue
+        for key in ([f"board:{mode}"] if region == ""
+                    else ["global", f"region:{region}", f"mode:{mode}"]):
+            want[key] = want.get(key, 0) + points
+    assert _add_scope_points({"global": 7}, table, banned, date(2026, 1, end)) == want
