@@ -32,6 +32,7 @@ __all__ = [
     "ID_ALPHABET",
     "MODE_POOL",
     "REGION_POOL",
+    "YEAR_1_US",
     "aggregations",
     "base_registry_raw",
     "dates",
@@ -42,6 +43,7 @@ __all__ = [
     "explicit_seasons",
     "garbage_rows",
     "instants",
+    "last_key_cases",
     "limit_registry_raws",
     "limit_worlds",
     "match_events",
@@ -184,6 +186,33 @@ def sort_key_cases(draw: st.DrawFn) -> dict[str, Any]:
     score = draw(st.integers(-limit, limit))
     t = draw(st.integers(0, (1 << bits) - 1)) if ties == "earliest" else 0
     return {"order": order, "ties": ties, "time_bits": bits, "score": score, "t": t}
+
+
+#: The epoch microseconds of 0001-01-01T00:00:00Z: the earliest run start `last_key_cases` draws.
+YEAR_1_US = -62_135_596_800_000_000
+#: The epoch microseconds of 2100-01-01T00:00:00Z: the latest run start `last_key_cases` draws.
+YEAR_2100_US = 4_102_444_800_000_000
+
+
+@st.composite
+def last_key_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """A run's latest-key inputs (jobs.duckdb_engine._LastKey): its earliest event time
+    `first_us` (year 1 to 2100, before 1970 often), its time `span` (0 to 2^62) and its match
+    code count `codes` (0 to 2^31 - 1: the engine's codes are INTEGER row numbers), drawn at
+    the 62-bit boundary as often as anywhere (a code field of `width` bits, the span one below
+    or at 2^(62 - width), codes at powers of two), plus a few (time, code) `pairs` of the run:
+    first_us <= time <= first_us + span, 0 <= code <= codes."""
+    width = draw(st.integers(1, 31))
+    codes = draw(st.one_of(st.sampled_from([0, 1 << (width - 1), (1 << width) - 1]),
+                           st.integers(1 << (width - 1), (1 << width) - 1)))
+    edge = 1 << (62 - width)
+    span = draw(st.one_of(st.sampled_from([edge - 1, edge, edge - 2, edge + 1, 0]),
+                          st.integers(0, 1 << 62)))
+    first_us = draw(st.one_of(st.sampled_from([YEAR_1_US, -1, 0, 1]),
+                              st.integers(YEAR_1_US, YEAR_2100_US)))
+    pairs = draw(st.lists(st.tuples(st.integers(first_us, first_us + span),
+                                    st.integers(0, codes)), max_size=6))
+    return {"first_us": first_us, "span": span, "codes": codes, "pairs": pairs}
 
 
 # -- registries ----------------------------------------------------------------------------

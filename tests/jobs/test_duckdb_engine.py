@@ -5,13 +5,18 @@ shape is the point (not their timing)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import example, given
 from lakes import EVERY_KIND, day, land, random_stream, registry_from, write_registry
+from strategies import YEAR_1_US, last_key_cases
 
 import jobs.duckdb_engine as duckdb_engine
 from app.generate import GenerateSpec
@@ -28,7 +33,7 @@ def _settings(data: Path, config: Path) -> Settings:
     return Settings.from_env({"LEADERBOARD_DATA": str(data), "LEADERBOARD_CONFIG": str(config)})
 
 
-def _published(lake: Path) -> dict[str, object]:
+def _published(lake: Path) -> dict[str, pa.Table]:
     """Every standings and histograms file of the lake, keyed by its folder (one file a
     folder; the file's name carries the run)."""
     files = {}
@@ -107,6 +112,94 @@ def test_a_wide_last_key_publishes_what_a_narrow_one_does(
     assert got.keys() == want.keys()
     for name, table in want.items():
         assert got[name].equals(table), name
+
+
+def _code_width(codes: int) -> int:
+    """The fewest bits (at least one) that hold every match code 0..codes (0: a carried row
+    whose match is unknown)."""
+    width = 1
+    while 2 ** width <= codes:
+        width += 1
+    return width
+
+
+@pytest.fixture(scope="module")
+def utc_duckdb() -> Iterator[duckdb.DuckDBPyConnection]:
+    """One in-memory DuckDB connection in UTC, as the engine's, shared by the examples (a
+    connection each would be most of their time)."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    yield con
+    con.close()
+
+
+def _case(first_us: int, span: int, codes: int) -> dict[str, Any]:
+    return {"first_us": first_us, "span": span, "codes": codes, "pairs": []}
+
+
+@given(last_key_cases())
+# The largest span a 1-bit code field leaves narrow, and one past it.
+@example(_case(YEAR_1_US, 2**61 - 1, 1))
+@example(_case(YEAR_1_US, 2**61, 1))
+@example(_case(0, 2**61 - 1, 0))
+@example(_case(0, 2**61, 0))
+# Codes at a power of two: 2047 fits 11 bits, 2048 needs 12 (the code `codes` itself).
+@example(_case(-(2**40), 2**51 - 1, 2047))
+@example(_case(-(2**40), 2**51 - 1, 2048))
+@example(_case(-(2**40), 2**50 - 1, 2048))
+# The most codes an INTEGER row number gives, from a run starting 2025-12-01.
+@example(_case(1_764_547_200_000_000, 2**31 - 1, 2**31 - 1))
+@example(_case(1_764_547_200_000_000, 2**31, 2**31 - 1))
+# Times before 1970, year 1 included, and a zero span.
+@example(_case(YEAR_1_US, 0, 0))
+@example(_case(YEAR_1_US, 86_400_000_000, 5))
+@example(_case(-1, 1, 1))
+@example(_case(-(2**40), 0, 2**20))
+def test_the_last_key_is_narrow_exactly_when_it_fits_and_decodes_exactly(
+        utc_duckdb: duckdb.DuckDBPyConnection, case: dict[str, Any]) -> None:
+    """jobs.duckdb_engine._LastKey, packed and decoded in DuckDB SQL as the engine does, on a
+    TIMESTAMPTZ event time and an INTEGER match code: it is a BIGINT exactly when the run's
+    largest pair (last time, code count) would key below 2^62 with the fewest code bits, else
+    a HUGEINT; either way keys order as (time, code) pairs do (so max is the latest pair),
+    decode to their time and code exactly, a narrow key lies in [0, 2^62), and a null time
+    keys null (max skips it). The oracle is plain Python integers, not the product's pack."""
+    first_us, span, codes = case["first_us"], case["span"], case["codes"]
+    last_us = first_us + span
+    key = duckdb_engine._LastKey(first_us, last_us, codes)
+    fits = span * 2 ** _code_width(codes) + codes < 2**62
+    assert key.narrow == fits
+    pairs = sorted({*case["pairs"], (first_us, 0), (first_us, codes), (last_us, 0),
+                    (last_us, codes)})
+    values = ", ".join(f"({t}::BIGINT, {c}::INTEGER)" for t, c in pairs)
+    keyed = f"""
+        SELECT t, c, {key.pack("make_timestamp(t)::TIMESTAMPTZ", "c")} AS k
+        FROM (VALUES {values}, (NULL::BIGINT, 0::INTEGER)) r(t, c)"""
+    rows = utc_duckdb.execute(f"""
+        SELECT t, c, k, typeof(k), {key.time_us("k")}, {key.code("k")} FROM ({keyed})
+    """).fetchall()
+    latest = utc_duckdb.execute(f"""
+        SELECT {key.time_us("k")}, {key.code("k")} FROM (SELECT max(k) AS k FROM ({keyed}))
+    """).fetchall()
+    assert [(k, t_back, c_back) for t, _, k, _, t_back, c_back in rows if t is None] == [
+        (None, None, None)]
+    rows = [row for row in rows if row[0] is not None]
+    assert sorted((t, c) for t, c, *_ in rows) == pairs
+    assert {kind for _, _, _, kind, _, _ in rows} == {"BIGINT" if fits else "HUGEINT"}
+    for t, c, k, _, t_back, c_back in rows:
+        assert (t_back, c_back) == (t, c)
+        if fits:
+            assert 0 <= k < 2**62
+    by_key = sorted(rows, key=lambda row: row[2])
+    assert [(t, c) for t, c, *_ in by_key] == pairs
+    assert len({k for _, _, k, *_ in rows}) == len(pairs)
+    assert latest == [pairs[-1]]
+
+
+def test_a_run_without_event_times_keys_wide() -> None:
+    """No row to time (an empty run): the span is unknown, so the key is the HUGEINT one,
+    which needs no origin."""
+    key = duckdb_engine._LastKey(None, None, 0)
+    assert (key.narrow, key.origin, key.bits) == (False, 0, 32)
 
 
 NIGHTS_START = day("2026-11-28")
