@@ -476,14 +476,14 @@ def _cmd_score(args: argparse.Namespace) -> int:
 def _cmd_erase(args: argparse.Namespace) -> int:
     """Erase a player everywhere (right to erasure): see app/erasure.py."""
     from app.erasure import erase_player
-    from app.http.service import POINTER_TTL
+    from app.http.service import ERASURE_SETTLE
 
     _player(args.player)
     if not args.yes:
         raise UsageError(f"erasing {args.player} cannot be undone; add --yes to confirm")
     settings = _settings(args)
     speed = _require_speed(settings)
-    result = erase_player(settings, speed, args.player, settle=POINTER_TTL,
+    result = erase_player(settings, speed, args.player, settle=ERASURE_SETTLE,
                           say=(lambda m: None) if args.json else out.print)
     if args.json:
         print(json.dumps(result))

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from jobs.erase import erase_from_lake
+from jobs.sweep import hold_run
 from jobs.warehouse import refresh_warehouse, warehouse_path
 from leaderboard.manifest import Manifest, read_current, swap_current, write_version
 from leaderboard.settings import Settings
@@ -39,9 +40,10 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, s
                  say: Callable[[str], None] = lambda _m: None,
                  sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Erase `player` from the lake, the versions, Redis and the warehouse; returns what
-    was done (counts, never the id's data). `settle`: seconds a serving process may reuse
-    the speed version pointer it read (`app.http.service.POINTER_TTL`); the old versions'
-    keys are deleted only that long after the pointer moved past them."""
+    was done (counts, never the id's data). `settle`: seconds after which no server still
+    reads a version other than the live one (`app.http.service.ERASURE_SETTLE`: the pointer
+    reuse plus a request's longest Redis wait); the other versions' keys are deleted only
+    that long after the pointer moved."""
     lake, now = settings.lake_dir, settings.now()
     report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
     # Nothing of the id in the lake (an id never seen, or erased before): no version or
@@ -64,13 +66,12 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, s
                 state = speed.current()
         except StateLost:
             state = None
-        moved = state is None or found  # a rebase or a rebuild moved the pointer
         if state is None:
             speed.rebuild(now)
             state = speed.current()
-        if moved:
-            sleep(settle)  # every server now reads the new pointer: the old keys are unread
-        deleted = speed.erase(player, keep=state.tag)
+        # Other versions' keys go only once every server reads the live pointer (this
+        # erasure's rebase or rebuild, or a nightly rebase a moment ago).
+        deleted = speed.erase(player, keep=state.tag, settle=lambda: sleep(settle))
         result["redis"] = {"keys_deleted": deleted, "rewritten": speed.rewrite_persistence()}
         say(f"Redis: {deleted} key(s) deleted, files rewritten: "
             f"{', '.join(result['redis']['rewritten']) or 'none kept'}")
@@ -87,7 +88,11 @@ def _republish(lake: Path, live: Manifest, now: datetime) -> str:
     version = f"{live.as_of}.{now.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}"
     copy = replace(live, version=version, created_at=format_instant(now),
                    previous=live.version, index=dict(live.index))
-    write_version(lake, copy, rollups=pq.read_table(lake / live.index["rollups"]["path"]),
-                  standings=live.standings(lake))
+    # A run like a batch's: its lock file is its tombstone, so the files of an erasure
+    # killed before the manifest are swept by the next night (and no sweep deletes them
+    # while they are written).
+    with hold_run(lake, version):
+        write_version(lake, copy, rollups=pq.read_table(lake / live.index["rollups"]["path"]),
+                      standings=live.standings(lake))
     swap_current(lake, version)
     return version

@@ -71,9 +71,13 @@ return out
 """
 
 #: KEYS: a player's minute. ARGV: identities this batch numbered. Their numbers go (a minute
-#: already expired stays gone: nothing is created).
+#: already expired stays gone: nothing is created), 1,000 a call (Lua's unpack refuses more
+#: than about 8,000 values, and a request may carry 10,000 rows of one player).
 GIVE_BACK_SCRIPT = """
-local removed = redis.call('HDEL', KEYS[1], unpack(ARGV))
+local removed = 0
+for i = 1, #ARGV, 1000 do
+  removed = removed + redis.call('HDEL', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
 if removed > 0 then redis.call('HINCRBY', KEYS[1], '#', -removed) end
 return removed
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -1008,14 +1008,19 @@ class SpeedLayer:
 
     # -- erasure ----------------------------------------------------------------------------
 
-    def erase(self, player: str, keep: str) -> int:
+    def erase(self, player: str, keep: str, *,
+              settle: Callable[[], None] = lambda: None) -> int:
         """After the lake forgot a player and the speed state of version `keep` was built
         from it: delete every other version's keys (they held the player; readers follow
         the pointer to `keep`), every key whose name holds the id (rate counters), and the
         id from the global sets and hashes (bans, voids, profiles: synced from the lake).
-        Returns the keys deleted. The door's records are fingerprints of ids, not ids."""
+        `settle` runs first when other versions' keys are about to go: it returns once no
+        reader is on those versions any more. Returns the keys deleted. The door's records
+        are fingerprints of ids, not ids."""
         doomed = {key for key in self.client.scan_iter(match="lb:*", count=1000)
                   if f":{keep}:" not in _text(key) and _is_version_key(_text(key))}
+        if doomed:
+            settle()
         # The keys named after a player: the rate counters (never a substring search: an
         # id like `a` or `2026` is inside every board-window key's name).
         doomed |= set(self.client.scan_iter(

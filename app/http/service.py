@@ -31,10 +31,16 @@ from serving.service import Leaderboards, QueryError
 from speed_layer.ingest import Ingestor, IngestReport, open_writer
 from speed_layer.service import RebuildRunning, SpeedLayer
 
-__all__ = ["POINTER_TTL", "Service", "ServiceDep", "service_of"]
+__all__ = ["ERASURE_SETTLE", "POINTER_TTL", "REDIS_TIMEOUT", "Service", "ServiceDep",
+           "service_of"]
 
 #: Seconds a worker reuses the speed layer's version pointer (one Redis GET fewer per read).
 POINTER_TTL = 1.0
+#: Seconds a request's Redis calls may take before they fail (the client's timeouts).
+REDIS_TIMEOUT = 2.0
+#: Seconds after a pointer moves when no request reads another version any more: the reuse,
+#: plus a request that read the old pointer at its last moment and then waited on Redis.
+ERASURE_SETTLE = POINTER_TTL + REDIS_TIMEOUT
 
 _log = logging.getLogger(__name__)
 
@@ -42,7 +48,8 @@ _log = logging.getLogger(__name__)
 def _redis_client(settings: Settings) -> redis.Redis:
     """The layers' client with short timeouts and one retry: a request must fail fast (503,
     or a stale top-N) when Redis is gone."""
-    return connect(settings, timeout=2.0, connect_timeout=2.0, retry=Retry(NoBackoff(), 1))
+    return connect(settings, timeout=REDIS_TIMEOUT, connect_timeout=REDIS_TIMEOUT,
+                   retry=Retry(NoBackoff(), 1))
 
 
 class Service:

@@ -242,3 +242,41 @@ def test_no_server_answers_from_an_old_version_once_the_erasure_returns(world):
     after = reader.player("global", VICTIM)
     assert (after["status"], after["rank"]) == ("unranked", None)
     assert reader.version().version.tag == speed.current().tag
+
+
+def test_an_erasure_killed_before_its_manifest_leaves_files_the_nightly_sweep_removes(
+        world, monkeypatch):
+    """Regression (review): the erasure re-published the live version without a run lock,
+    so the index files of a republish that died before its manifest were found only by a
+    manual whole-lake sweep (the DAG sweeps by tombstones now). It holds a run lock like a
+    batch: the lock stays as the tombstone and the nightly `sweep_dead_runs` removes them."""
+    import leaderboard.manifest as manifest_module
+    from jobs.sweep import sweep_dead_runs
+
+    settings, registry, _client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(64, start=START, days=2,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    run_batch(settings, date(2026, 11, 29))
+    live = read_current(lake)
+    real = manifest_module.atomic_write_bytes
+
+    def die_at_the_manifest(target: Path, payload: bytes) -> None:
+        if (target.suffix == ".json" and target.parent == lake / "manifests"
+                and target.stem not in (live.version, "current")):  # the republish's own
+            raise OSError("killed before the manifest")
+        real(target, payload)
+
+    monkeypatch.setattr(manifest_module, "atomic_write_bytes", die_at_the_manifest)
+    with pytest.raises(OSError, match="killed before the manifest"):
+        erase_player(settings, speed, VICTIM, settle=0.0)
+    monkeypatch.undo()
+    strays = [p for p in (lake / "manifests").iterdir()
+              if p.is_dir() and p.name != live.version]
+    assert len(strays) == 1
+    assert any(strays[0].iterdir())  # the republish's index files
+    assert read_current(lake).version == live.version
+    report = sweep_dead_runs(lake)
+    assert (report.files, report.runs) == (2, [strays[0].name])
+    assert not strays[0].exists() or not any(strays[0].iterdir())
+    assert sweep_dead_runs(lake).runs == []  # its tombstone went with its files

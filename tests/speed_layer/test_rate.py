@@ -135,6 +135,28 @@ def test_a_failed_landing_keeps_the_held_rows_and_gives_back_the_rest(tmp_path, 
     assert sorted(r["match_id"] for r in _rows(settings.lake_dir, "events")) == ["m0", "m1"]
 
 
+def test_a_failed_landing_of_thousands_of_one_players_rows_gives_all_of_them_back(
+        redis_client):
+    """Regression (review): the give-back removed a player's identities with one
+    `HDEL key unpack(ARGV)`, and Lua refuses to unpack about 8,000 values: a failed landing
+    of 9,000 rows of one player (a request may carry 10,000) gave none back (the error was
+    swallowed), and the minute stayed full until it expired."""
+    from speed_layer.rate import PlayerRate, rate_key
+
+    rate = PlayerRate(redis_client, per_minute=10_000)
+    rows = [(f"m{n}", "flood", 1) for n in range(9_000)]
+    held = rate.split(_table(rows), NOW, "test")
+    assert held.kept.num_rows == 9_000
+    key = rate_key("flood", held.minute)
+    assert int(redis_client.hget(key, "#")) == 9_000
+    rate.give_back(held)
+    assert int(redis_client.hget(key, "#")) == 0
+    assert redis_client.hlen(key) == 1  # only the count is left
+    again = rate.split(_table(rows[:10]), NOW, "test")  # the room is back: numbered afresh
+    assert again.kept.num_rows == 10
+    assert int(redis_client.hget(key, "#")) == 10
+
+
 def test_a_retry_after_a_writer_was_killed_between_counting_and_landing_counts_once(
         tmp_path, redis_server, redis_client):
     """Writer a (a real process) counts a batch against the players' minute and is killed

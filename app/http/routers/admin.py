@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from app.http.auth import ADMIN_BEARER, ADMIN_KEY, check_admin, token_of
 from app.http.errors import documented
-from app.http.service import POINTER_TTL, Service, ServiceDep
+from app.http.service import ERASURE_SETTLE, Service, ServiceDep
 from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 from leaderboard.voids import read_voids
 
@@ -143,7 +143,7 @@ def erase(service: AdminDep,
     Idempotent: erasing an id again finds nothing more to remove."""
     from app.erasure import erase_player
 
-    result = erase_player(service.settings, service.speed, player_id, settle=POINTER_TTL)
+    result = erase_player(service.settings, service.speed, player_id, settle=ERASURE_SETTLE)
     service.boards.forget_pointer()  # this process's next read follows the new version
     service.cache.clear()
     return {"player_id": player_id, **result}
