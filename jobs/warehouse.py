@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from leaderboard.countries import COUNTRIES
 from leaderboard.lake import quarantine_dir
-from leaderboard.manifest import Manifest, manifests_dir, read_current
+from leaderboard.manifest import Manifest, read_current, version_files, version_order
 from leaderboard.profiles import PROFILE_SCHEMA, profiles_dir
 from leaderboard.registry import Registry
 from leaderboard.schema import QUARANTINE_SCHEMA
@@ -108,10 +108,8 @@ def _latest_per_day(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
                      f"SELECT stem, version, as_of, created_at, index_path, signature "
                      f"FROM old.{_META_VERSIONS}").fetchall()}
     found = []
-    for path in sorted(manifests_dir(lake).glob("*.json")):
+    for path in version_files(lake):
         stem = path.name.removesuffix(".json")
-        if path.name == "current.json":
-            continue
         try:
             signature = _signature(path)
             if stem in known and known[stem].signature == signature:
@@ -124,7 +122,7 @@ def _latest_per_day(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
         found.append(_Version(stem, manifest.version, manifest.as_of, manifest.created_at,
                               index, signature, fresh=True))
     latest: dict[str, _Version] = {}
-    for entry in sorted(found, key=lambda v: (v.as_of, v.created_at)):
+    for entry in sorted(found, key=lambda v: version_order(v.as_of, v.created_at)):
         latest[entry.as_of] = entry
     chosen = [latest[d] for d in sorted(latest)]
     for table, rows in ((_META_VERSIONS, found), (_META_LATEST, chosen)):

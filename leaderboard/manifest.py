@@ -31,6 +31,8 @@ __all__ = [
     "rollup_files",
     "swap_current",
     "version_as_of",
+    "version_files",
+    "version_order",
     "watermark_for",
     "write_version",
 ]
@@ -179,17 +181,26 @@ def read_current(lake: Path) -> Manifest | None:
     return read_version(lake, version)
 
 
+def version_files(lake: Path) -> list[Path]:
+    """Every version's manifest file (not the `current.json` pointer), by name."""
+    return [p for p in sorted(manifests_dir(lake).glob("*.json")) if p.name != "current.json"]
+
+
+def version_order(as_of: str, created_at: str) -> tuple[str, str]:
+    """The order of versions, oldest first: by as_of, then by when each was computed (the
+    last of a day is the one history answers for it)."""
+    return as_of, created_at
+
+
 def list_versions(lake: Path) -> list[Manifest]:
     """Every written version (published or not), oldest first."""
     found = []
-    for path in sorted(manifests_dir(lake).glob("*.json")):
-        if path.name == "current.json":
-            continue
+    for path in version_files(lake):
         try:
             found.append(Manifest.from_json(path.read_text()))
         except (ValueError, TypeError):
             continue
-    return sorted(found, key=lambda m: (m.as_of, m.created_at))
+    return sorted(found, key=lambda m: version_order(m.as_of, m.created_at))
 
 
 def version_as_of(lake: Path, as_of: date) -> Manifest | None:
