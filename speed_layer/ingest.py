@@ -16,14 +16,16 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.parquet as pq
 import redis
 
 from leaderboard import faults
 from leaderboard.erasure import ErasureLedger, erasure_dir
-from leaderboard.lake import LandedFile, LandingWriter, WriterBusy
+from leaderboard.lake import LandedFile, LandingWriter, WriterBusy, landed_files
 from leaderboard.registry import Board, Registry
+from leaderboard.timeutil import to_utc
 from leaderboard.validation import validate_events, validate_scores
-from speed_layer.rate import Held, PlayerRate
+from speed_layer.rate import Held, PlayerRate, held_ids
 from speed_layer.service import SpeedLayer
 
 __all__ = ["IngestReport", "Ingestor", "open_writer"]
@@ -210,6 +212,7 @@ class Ingestor:
                 validated.rejected.column("detail").to_pylist(), strict=True))
         if held is not None and held.held.num_rows:
             _count_held(report, held, table, validated.rejected_rows, row_reasons)
+        first_seq = self.writer.next_seq
         try:
             faults.checkpoint("ingest.after_claim")
             if held is not None and held.held.num_rows:
@@ -217,8 +220,12 @@ class Ingestor:
             report.files = self.writer.land(accepted, now, backfill=backfill)
         except BaseException:
             if held is not None:
-                with suppress(redis.RedisError):
-                    self.rate.give_back(held)  # type: ignore[union-attr]
+                # Only what did not land: the rows of files landed before the failure count
+                # in the minute. If the lake cannot be read, nothing is given back (the
+                # minute holds more than it must until it expires, never too little).
+                with suppress(redis.RedisError, OSError):
+                    self.rate.give_back(  # type: ignore[union-attr]
+                        held, _written_since(self.writer, first_seq, now))
             if claim is not None and claim.groups:
                 # A retry must be accepted for every row that did not land (a landing over
                 # several files may have landed some): settle from the lake, and fold
@@ -243,6 +250,23 @@ class Ingestor:
                 report.fold_error = f"{type(exc).__name__}: {exc}"
         return report
 
+
+def _written_since(writer: LandingWriter, seq: int, now: datetime) -> list[pa.Table]:
+    """The ids (match_id, player_id, a score's board) of the files `writer` landed from
+    `seq` on, events and rows held for rate alike: what a landing that failed part-way
+    wrote (every file of a landing is in the partition of its landing day)."""
+    found = []
+    for kind in ("events", "quarantine"):
+        for landed in landed_files(writer.lake, kind=kind, days=[to_utc(now).date()]):
+            if landed.writer != writer.writer or landed.seq < seq:
+                continue
+            if kind == "quarantine":
+                found.append(held_ids(landed.path))
+            else:
+                names = pq.read_schema(landed.path).names
+                found.append(pq.read_table(landed.path, columns=[
+                    c for c in ("match_id", "player_id", "board") if c in names]))
+    return found
 
 
 def _count_held(report: IngestReport, held: Held, table: pa.Table,

@@ -10,7 +10,9 @@ never both take the last slot), and an event counts iff its number is within the
 identity counts once per minute: a writer killed between counting and landing leaves its
 numbers, and the retry of the same events (its claims released at the door) gets them back,
 where a plain counter counted them twice and could hold genuine events. (A retry in a later
-minute counts there; the dead attempt's numbers stay in their own minute.) The decision is
+minute counts there; the dead attempt's numbers stay in their own minute.) A landing that
+fails gives back the numbers of its rows that did not land, and the room they leave is
+exact (a second count: the identities within the limit). The decision is
 recorded in the lake: a held row goes to the quarantine, never to the landing zone. The
 batch reads the landing zone and the speed layer folds it, so both layers see the same
 decision without deciding again. Rows are taken in batch order: the first rows of a player
@@ -26,6 +28,7 @@ previous minute.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +44,7 @@ from leaderboard.timeutil import format_instant, to_utc
 from speed_layer.fold import ScriptPipeline
 
 __all__ = ["GIVE_BACK_SCRIPT", "IMPLAUSIBLE_RATE", "RATE_SCRIPT", "Held", "PlayerRate",
-           "held_ids", "rate_key"]
+           "held_ids", "rate_key", "row_identities"]
 
 IMPLAUSIBLE_RATE = "implausible_rate"
 #: Seconds a minute's counter outlives its minute.
@@ -49,16 +52,25 @@ _TTL = 120
 _HELD_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("ingested_at"))
 
 
-#: KEYS: a player's minute (`rate_key`). ARGV: seconds to keep it, then the identities of
-#: the batch's rows of that player in batch order (each holds a newline, so none is '#', the
-#: field that counts the numbers given). Returns the numbers given in the minute, then per
-#: row its number and 1 if this call gave it (0: counted before, by an earlier attempt).
+#: KEYS: a player's minute (`rate_key`). ARGV: seconds to keep it, the limit, then the
+#: identities of the batch's rows of that player in batch order (each holds a newline, so
+#: none is '#' or '+', the fields that count the identities numbered and those of them
+#: within the limit). A new identity is within the limit iff fewer than `limit` numbered
+#: ones are (its number is then that count, else the count of all, which is past the limit):
+#: after a give-back the room left is exact, where numbering every identity one past all
+#: counted let a held one take the room of a kept one given back. Returns the identities
+#: numbered in the minute, then per row its number and 1 if this call gave it (0: counted
+#: before, by an earlier attempt, which decided alike).
 RATE_SCRIPT = """
 local out = {0}
-for i = 2, #ARGV do
+local limit = tonumber(ARGV[2])
+for i = 3, #ARGV do
   local n, new = redis.call('HGET', KEYS[1], ARGV[i]), 0
   if not n then
     n = redis.call('HINCRBY', KEYS[1], '#', 1)
+    if tonumber(redis.call('HGET', KEYS[1], '+') or '0') < limit then
+      n = redis.call('HINCRBY', KEYS[1], '+', 1)
+    end
     redis.call('HSET', KEYS[1], ARGV[i], n)
     new = 1
   end
@@ -70,15 +82,22 @@ out[1] = tonumber(redis.call('HGET', KEYS[1], '#'))
 return out
 """
 
-#: KEYS: a player's minute. ARGV: identities this batch numbered. Their numbers go (a minute
-#: already expired stays gone: nothing is created), 1,000 a call (Lua's unpack refuses more
-#: than about 8,000 values, and a request may carry 10,000 rows of one player).
+#: KEYS: a player's minute. ARGV: the limit, then identities of a batch's rows that did not
+#: land. Their numbers go, and the counts with them (a minute already expired stays gone:
+#: nothing is created); one HDEL each (a request may carry 10,000 rows of one player, past
+#: what Lua's unpack takes).
 GIVE_BACK_SCRIPT = """
-local removed = 0
-for i = 1, #ARGV, 1000 do
-  removed = removed + redis.call('HDEL', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+local limit, removed, within = tonumber(ARGV[1]), 0, 0
+for i = 2, #ARGV do
+  local n = redis.call('HGET', KEYS[1], ARGV[i])
+  if n then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    removed = removed + 1
+    if tonumber(n) <= limit then within = within + 1 end
+  end
 end
 if removed > 0 then redis.call('HINCRBY', KEYS[1], '#', -removed) end
+if within > 0 then redis.call('HINCRBY', KEYS[1], '+', -within) end
 return removed
 """
 
@@ -93,6 +112,16 @@ def rate_key(player_id: str, minute: int) -> str:
     or its AOF through these counters."""
     digest = hashlib.blake2b(player_id.encode(), digest_size=10).hexdigest()
     return f"lb:rate:{{{digest}}}:{minute}"
+
+
+def row_identities(table: pa.Table) -> tuple[list[str], list[str]]:
+    """Each row's player and its identity in the player's minute: the match_id, and a
+    direct score's board (a table without `board` holds match events)."""
+    matches = table.column("match_id").to_pylist()
+    boards = (table.column("board").to_pylist() if "board" in table.column_names
+              else [None] * table.num_rows)
+    return (table.column("player_id").to_pylist(),
+            [f"{m}\n{b or ''}" for m, b in zip(matches, boards, strict=True)])
 
 
 def held_ids(path: Path) -> pa.Table:
@@ -134,18 +163,14 @@ class PlayerRate:
                      minute)
         if accepted.num_rows == 0:
             return empty
-        players = accepted.column("player_id").to_pylist()
-        matches = accepted.column("match_id").to_pylist()
-        boards = (accepted.column("board").to_pylist() if "board" in accepted.column_names
-                  else [None] * accepted.num_rows)
+        players, identity = row_identities(accepted)
         rows_of: dict[str, list[int]] = {}
         for row, player in enumerate(players):
             rows_of.setdefault(player, []).append(row)
-        identity = [f"{m}\n{b or ''}" for m, b in zip(matches, boards, strict=True)]
         pipe = ScriptPipeline(self.client)
         for player, rows in rows_of.items():
             pipe.script(RATE_SCRIPT, _RATE_SHA, [rate_key(player, minute)],
-                        [_TTL, *(identity[r] for r in rows)])
+                        [_TTL, self.per_minute, *(identity[r] for r in rows)])
         keep = np.ones(len(players), dtype=bool)
         counted: dict[str, list[str]] = {}
         totals_of: dict[str, int] = {}
@@ -165,15 +190,22 @@ class PlayerRate:
                                       source),
                     held_rows, counted, minute)
 
-    def give_back(self, held: Held) -> None:
-        """The kept rows did not land (the landing failed): uncount what the batch
-        numbered, so that a batch never retried leaves its minute's room (its retry in the
-        minute gets the same rows kept either way; the held rows are retries by then)."""
+    def give_back(self, held: Held, landed: Iterable[pa.Table] = ()) -> None:
+        """The landing failed: uncount what the batch numbered and did not land, so that a
+        batch never retried leaves its minute's room (its retry in the minute gets the same
+        rows kept either way; the held rows are retries by then). `landed`: the files (their
+        match_id, player_id and a score's board) the landing wrote before it failed, over
+        several files: their rows count, so their numbers stay (given back, the player
+        could land more than the limit in the minute)."""
+        stay: set[tuple[str, str]] = set()
+        for table in landed:
+            stay.update(zip(*row_identities(table), strict=True))
         pipe = ScriptPipeline(self.client)
         for player, identities in held.counted.items():
-            if identities:
+            lost = [i for i in identities if (player, i) not in stay]
+            if lost:
                 pipe.script(GIVE_BACK_SCRIPT, _GIVE_BACK_SHA, [rate_key(player, held.minute)],
-                            identities)
+                            [self.per_minute, *lost])
         pipe.execute()
 
     def _quarantined(self, rows: pa.Table, totals: dict[str, int], minute: int,

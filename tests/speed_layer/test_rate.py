@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from strategies import rate_deliveries
 
 from jobs.batch import run_batch
+from leaderboard import faults
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.registry import RegistryError, load_registry, parse_registry
 from leaderboard.schema import TIMESTAMP
@@ -150,8 +151,8 @@ def test_a_failed_landing_of_thousands_of_one_players_rows_gives_all_of_them_bac
     key = rate_key("flood", held.minute)
     assert int(redis_client.hget(key, "#")) == 9_000
     rate.give_back(held)
-    assert int(redis_client.hget(key, "#")) == 0
-    assert redis_client.hlen(key) == 1  # only the count is left
+    assert int(redis_client.hget(key, "#")) == int(redis_client.hget(key, "+")) == 0
+    assert redis_client.hlen(key) == 2  # only the counts are left
     again = rate.split(_table(rows[:10]), NOW, "test")  # the room is back: numbered afresh
     assert again.kept.num_rows == 10
     assert int(redis_client.hget(key, "#")) == 10
@@ -316,3 +317,73 @@ def test_held_and_landed_match_a_model_of_the_rule(case, redis_server, tmp_path_
             boards.top("global", 10, window="all-time")["entries"]} == {
         p: total for p, total in totals.items()}
     client.close()
+
+
+def _minute_rows(lake: Path, player: str) -> tuple[list[str], list[str]]:
+    """The player's landed and held match ids (sorted)."""
+    return (sorted(r["match_id"] for r in _rows(lake, "events") if r["player_id"] == player),
+            sorted(r["match_id"] for r in _rows(lake, "quarantine")
+                   if r["player_id"] == player))
+
+
+def test_a_landing_failed_part_way_gives_back_only_the_rows_that_did_not_land(
+        tmp_path, redis_client, monkeypatch):
+    """A landing over several files fails at the second events file (the disk fills): the
+    first file's rows landed and count. The give-back returned the numbers of every row of
+    the batch, so the resend and two new events of the minute all counted: 5 events landed
+    under a limit of 3. Only what did not land is given back now."""
+    from leaderboard import lake as lake_module
+
+    settings = _settings(tmp_path, limit=3)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    batch = [(f"g{n}", "gil", 1) for n in range(4)]  # g0-g2 kept (two files), g3 held
+    monkeypatch.setattr(lake_module, "BACKFILL_FILE_ROWS", 2)
+    real = lake_module.atomic_write_parquet
+    events_files: list[Path] = []
+
+    def disk_full(part, target, **kwargs):  # type: ignore[no-untyped-def]
+        if "events" in target.parts:
+            events_files.append(target)
+            if len(events_files) == 2:
+                raise OSError(28, "No space left on device")
+        return real(part, target, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(lake_module, "atomic_write_parquet", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            _ingest(settings, speed, batch)
+    assert _minute_rows(settings.lake_dir, "gil") == (["g0", "g1"], ["g3"])
+    resend = _ingest(settings, speed, batch, NOW + timedelta(seconds=5), writer="v")
+    assert (resend.accepted, resend.retries, resend.rejected) == (1, 3, 0)
+    more = _ingest(settings, speed, [("g4", "gil", 1), ("g5", "gil", 1)],
+                   NOW + timedelta(seconds=6), writer="v")
+    assert (more.accepted, more.rejected) == (0, 2)
+    assert _minute_rows(settings.lake_dir, "gil") == (["g0", "g1", "g2"], ["g3", "g4", "g5"])
+
+
+def test_after_a_give_back_a_new_event_is_held_only_when_the_minute_is_full(
+        tmp_path, redis_client):
+    """Writer w numbers hal's x0 and x1; meanwhile writer v lands y0 (3rd) and holds y1
+    (4th); then w's landing fails and gives x0, x1 back. The minute then holds one landed
+    event of three: two more must count. The give-back lowered the count of numbers while
+    y1 kept its number 4 (and y0 its 3), so the next event was numbered 3 again and the one
+    after 4, held: one event held that the limit allows."""
+    settings = _settings(tmp_path, limit=3)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    calls: list[str] = []
+
+    def meanwhile(_name: str) -> None:
+        calls.append(_name)
+        if len(calls) == 1:  # in w's landing, after it numbered x0 and x1
+            other = _ingest(settings, speed, [("y0", "hal", 1), ("y1", "hal", 1)],
+                            NOW + timedelta(seconds=1), writer="v")
+            assert (other.accepted, other.rejected) == (1, 1)
+            raise OSError(28, "No space left on device")
+
+    with faults.injected("ingest.after_claim", meanwhile), \
+            pytest.raises(OSError, match="No space left"):
+        _ingest(settings, speed, [("x0", "hal", 1), ("x1", "hal", 1)])
+    after = _ingest(settings, speed, [("z0", "hal", 1), ("z1", "hal", 1), ("z2", "hal", 1)],
+                    NOW + timedelta(seconds=2), writer="v")
+    assert (after.accepted, after.rejected) == (2, 1)
+    assert _minute_rows(settings.lake_dir, "hal") == (["y0", "z0", "z1"], ["y1", "z2"])
