@@ -196,7 +196,12 @@ def _data_dir(season: Season, scratch: Path, name: str) -> Iterator[Settings]:
 class MemoryPeaks:
     """Peak DuckDB memory and peak spill (temporary storage) of one database, sampled from a
     second connection every `every` seconds while the watched work runs (DuckDB's own
-    accounting, `duckdb_memory()`; not the process's RSS, which adds Arrow and Python)."""
+    accounting, `duckdb_memory()`; not the process's RSS, which adds Arrow and Python).
+
+    The second connection is a cursor of the watched one, and DuckDB refuses to close a
+    connection while a cursor of it runs a query ("connection is busy with another call"):
+    `stop` the watcher before the watched connection closes (`_engines` does so for the
+    engine)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, every: float = 0.1) -> None:
         self.memory = 0
@@ -219,6 +224,7 @@ class MemoryPeaks:
             self.spill = max(self.spill, int(spill or 0))
 
     def stop(self) -> MemoryPeaks:
+        """End the sampling and wait for its last query; idempotent."""
         self._stop.set()
         self._thread.join()
         with contextlib.suppress(duckdb.Error):
@@ -391,6 +397,7 @@ def _engines(timeline: Timeline, instrument: bool) -> Iterator[None]:
             _apply_limits(con, LIMITS)
             if timeline.memory is None:
                 timeline.memory = MemoryPeaks(con)
+                engine.close = _closing(timeline.memory, engine.close)
             if instrument:
                 engine.con = _TimedConnection(con, timeline)
         if instrument:
@@ -414,6 +421,19 @@ def _engines(timeline: Timeline, instrument: bool) -> Iterator[None]:
         for name, function in saved_writer.items():
             setattr(publish.StandingsWriter, name, function)
         batch.open_engine = open_engine
+
+
+def _closing(watcher: MemoryPeaks, close: Callable[[], None]) -> Callable[[], None]:
+    """The engine's `close`, after the memory watcher on its connection has stopped: closed
+    while the watcher's query ran, DuckDB refused ("connection is busy with another call"),
+    and run_batch, which closes its engine last, failed after publishing (a 300k bench run
+    in session 7; the watcher was stopped only once run_batch had returned)."""
+
+    def close_watched() -> None:
+        watcher.stop()
+        close()
+
+    return close_watched
 
 
 #: DuckDB settings for the engine and the baselines (--memory-limit, --temp-limit; "" keeps

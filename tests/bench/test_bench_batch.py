@@ -10,17 +10,23 @@ differ" at 1M players, a bench defect that looked like a product one.
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
+import duckdb
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from lakes import EVERY_KIND, write_registry
+from rich.progress import Progress
 
 from app.generate import GenerateSpec
 from app.season import generate_season
+from bench import bench_batch
 from bench.bench_batch import _plain_statement, _same_standings, _season_key
 from jobs.batch import run_batch
+from jobs.duckdb_engine import DuckDBEngine
 from leaderboard.bans import write_tombstone
 from leaderboard.lake import landed_files
 from leaderboard.registry import load_registry, parse_registry
@@ -74,3 +80,58 @@ def test_a_season_is_cached_per_registry() -> None:
     assert _season_key(spec, default) == _season_key(spec, load_registry())
     assert _season_key(spec, default) != _season_key(spec, football)
     assert _season_key(spec, default).endswith(default.fingerprint[:8])
+
+
+def test_the_memory_watcher_stops_before_the_engine_closes(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The bench samples DuckDB's memory on a cursor of the engine's connection, and DuckDB
+    refuses to close a connection while a cursor of it runs a query. The watcher was stopped
+    only after run_batch returned, so a sample that overlapped run_batch's last step, closing
+    its engine, failed a published run: "connection is busy with another call" (a 300k run
+    in session 7, read as a race in the batch). Here the sample waits inside DuckDB (a
+    Python function in its query) until the watcher is stopped, and the engine's close
+    waits until a sample is inside, so the overlap happens every time unless the watcher
+    stops first. Fails on the old code (the run's error is the busy connection)."""
+    inside, release = threading.Event(), threading.Event()
+
+    def gate() -> int:
+        inside.set()
+        release.wait(60)
+        return 0
+
+    class GatedPeaks(bench_batch.MemoryPeaks):
+        def _watch(self) -> None:
+            self._cursor.create_function("gate", gate, [], duckdb.sqltypes.BIGINT)
+            self._cursor.execute("SELECT gate()").fetchall()  # a sample held inside DuckDB
+            super()._watch()
+
+        def stop(self) -> bench_batch.MemoryPeaks:
+            release.set()
+            return super().stop()
+
+    close = DuckDBEngine.close
+
+    def close_while_sampling(self: DuckDBEngine) -> None:
+        if not release.is_set():  # the watcher still runs: close while it samples
+            assert inside.wait(60)
+        close(self)
+
+    monkeypatch.setattr(bench_batch, "MemoryPeaks", GatedPeaks)
+    monkeypatch.setattr(DuckDBEngine, "close", close_while_sampling)
+    config = tmp_path / "registry.toml"
+    write_registry(config, REGISTRY)
+    data = tmp_path / "data"
+    (data / "lake").mkdir(parents=True)
+    generate_season(GenerateSpec(players=50, days=2, events_per_day=200, start=START, seed=3),
+                    parse_registry(REGISTRY, source="test"), data / "lake")
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data),
+                                  "LEADERBOARD_CONFIG": str(config)})
+    as_of = START + timedelta(days=1)
+    result, timeline = bench_batch._run(settings, as_of, Progress(disable=True), "full",
+                                        engine="duckdb", full=True)
+
+    assert timeline.error == ""
+    assert result is not None
+    assert result.manifest.as_of == as_of.isoformat()
+    assert inside.is_set()  # a sample was running when the run ended
