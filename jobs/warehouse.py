@@ -245,6 +245,39 @@ def _readable(holding: dict[str, int], paths: list[str], columns: str,
     return columns, "true" if by_name else "false"
 
 
+def _current_view(con: duckdb.DuckDBPyConnection, lake: Path, current: Manifest,
+                  shown: set[str]) -> None:
+    """`standings_current`: the rows of the version `current.json` publishes, which serving
+    answers from. Usually its day's newest, so the rows of `standings` for it; but a newer
+    version of the day may be written and not published (a failed check, a rerun with
+    publish=False) or the pointer moved back to an older version of the day, and then it
+    is read from its own index."""
+    version = current.version.replace("'", "''")
+    if current.version in shown:
+        con.execute(f"CREATE VIEW standings_current AS SELECT * FROM standings "
+                    f"WHERE version = '{version}'")
+        return
+    index = str(lake / current.index["standings"]["path"])
+    paths = sorted({str(lake / p) for p in current.standings(lake).column("path").to_pylist()})
+    if not paths:
+        con.execute("CREATE VIEW standings_current AS SELECT * FROM standings WHERE false")
+        return
+    added = _ADDED_COLUMNS["standings"]
+    holding = {column: con.execute(
+        f"SELECT count(DISTINCT file_name) FROM parquet_schema({_paths_sql(paths)}) "
+        "WHERE name = ?", [column]).fetchall()[0][0] for column, _sql_type in added}
+    columns, by_name = _readable(holding, paths, _STANDINGS_COLUMNS, added)
+    prefix = (str(lake) + "/").replace("'", "''")
+    con.execute(f"""
+        CREATE VIEW standings_current AS
+        SELECT DATE '{current.as_of}' AS as_of, '{version}' AS version, i.board, i.window_id,
+               {columns}
+        FROM read_parquet({_paths_sql(paths)}, filename = true, hive_partitioning = false,
+                          union_by_name = {by_name}) s
+        JOIN read_parquet({_paths_sql([index])}) i
+          ON '{prefix}' || i.path = s.filename AND i.window_id = s.window_id""")
+
+
 def _profile_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     """`profile_history` (every write of the profile log, each once) and `players` (each
     player's latest profile, with the country's name). They read the log's files by glob
@@ -351,8 +384,7 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
             else:
                 con.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_files WHERE false")
         if current is not None:
-            con.execute(f"CREATE VIEW standings_current AS SELECT * FROM standings "
-                        f"WHERE version = '{current.version}'")
+            _current_view(con, lake, current, {v.version for v in versions})
             rollups = current.rollups(lake)
             index = pa.table({
                 "path": [str(lake / e["path"]) for e in rollups.values()],

@@ -354,3 +354,77 @@ def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
     assert len(set(read)) == 4  # every manifest, the rerun's too
     assert all(str(moved) in row[4] for row in _contents(moved / "warehouse.duckdb")[
         "standings_files"])
+
+
+def _version_rows(lake: Path, manifest) -> list[tuple[object, ...]]:
+    """(as_of, version, board, window_id, player_id, score, rank, last_match_id) of every
+    row `manifest` publishes, read from its index and files with pyarrow (not the warehouse)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    rows = []
+    files: dict[str, object] = {}
+    for entry in manifest.standings(lake).to_pylist():
+        if entry["path"] not in files:
+            files[entry["path"]] = pq.read_table(lake / entry["path"])
+        table = files[entry["path"]]
+        window = table.filter(pc.equal(table.column("window_id"), entry["window_id"]))
+        rows.extend((manifest.as_of_date, manifest.version, entry["board"], entry["window_id"],
+                     r["player_id"], r["score"], r["rank"], r["last_match_id"])
+                    for r in window.to_pylist())
+    return sorted(rows, key=str)
+
+
+def _current_rows(data: Path) -> list[tuple[object, ...]]:
+    con = duckdb.connect(str(data / "warehouse.duckdb"), read_only=True)
+    try:
+        return sorted(con.execute(
+            "SELECT as_of, version, board, window_id, player_id, score, rank, last_match_id "
+            "FROM standings_current").fetchall(), key=str)
+    finally:
+        con.close()
+
+
+def test_standings_current_is_the_published_version_even_when_not_its_days_newest(tmp_path):
+    """`standings_current` is the version `current.json` publishes (what serving answers
+    from), also when a newer version of the same day exists: one built and not published
+    (the DAG's check failed, or a rerun written with publish=False) or one rolled back from
+    (the pointer moved to an older version of the day). It filtered the `standings` view,
+    which holds each day's newest version only, so it was empty then. `standings` keeps
+    the day's newest (the history answers for a day with the last version computed)."""
+    from jobs.release import publish_version
+
+    data = tmp_path / "data"
+    lake = data / "lake"
+    registry = load_registry()
+    land(lake, registry, random_stream(21, start=day("2026-11-27"), days=2, matches=60))
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
+    run_batch(settings, date(2026, 11, 27))
+    published = run_batch(settings, date(2026, 11, 28)).manifest
+    # Events of the same day that arrive after its night: a rerun of the night sees them.
+    land(lake, registry, random_stream(22, start=day("2026-11-28"), days=1, matches=40,
+                                       late_share=0), writer="late")
+    newer = run_batch(settings, date(2026, 11, 28), publish=False).manifest
+    assert read_current(lake).version == published.version
+    expected = _version_rows(lake, published)
+    assert expected
+    assert expected != [(*r[:1], published.version, *r[2:]) for r in _version_rows(lake, newer)]
+
+    refresh_warehouse(data, registry)
+    assert _current_rows(data) == expected  # the newer version of the day built, unpublished
+    con = duckdb.connect(str(data / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT DISTINCT version FROM standings "
+                           "WHERE as_of = DATE '2026-11-28'").fetchall() == [(newer.version,)]
+    finally:
+        con.close()
+
+    publish_version(lake, newer.version)
+    refresh_warehouse(data, registry)
+    assert _current_rows(data) == _version_rows(lake, newer)
+    publish_version(lake, published.version)  # rolled back to the day's older version
+    refresh_warehouse(data, registry)
+    assert _current_rows(data) == expected
+    (data / "warehouse.duckdb").unlink()  # and so from nothing
+    refresh_warehouse(data, registry)
+    assert _current_rows(data) == expected
