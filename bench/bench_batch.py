@@ -90,7 +90,7 @@ from app.season import season_key as _season_key
 from jobs.spec import calendar_table
 from leaderboard.bans import banned_players
 from leaderboard.lake import ROW_GROUP_SIZE, landed_files
-from leaderboard.manifest import watermark_for
+from leaderboard.manifest import Manifest, watermark_for
 from leaderboard.registry import Registry
 from leaderboard.settings import Settings
 
@@ -643,6 +643,32 @@ def _same_standings(plain: Path, lake: Path, as_of: date) -> tuple[int, int]:
     return int(count), int(differ)
 
 
+def _same_versions(lake: Path, first: Manifest, second: Manifest) -> tuple[int, int]:
+    """Rows of version `second`'s standings and rows that differ from version `first`'s
+    (board, window_id, player_id, score, rank), both ways; 0 means identical. Each version's
+    rows are those its standings index names (a night keeps its base's files for the
+    windows it did not rebuild)."""
+    con = _connect()
+    selects, files = [], {}
+    for n, version in enumerate((first, second)):
+        index = version.standings(lake).select(["board", "window_id", "path"])
+        index = index.set_column(2, "path", pa.array(
+            [str(lake / p) for p in index.column("path").to_pylist()], pa.string()))
+        con.register(f"index_{n}", index)
+        files[f"files_{n}"] = sorted(set(index.column("path").to_pylist()))
+        selects.append(f"""SELECT i.board, s.window_id, s.player_id, s.score, s.rank
+            FROM read_parquet($files_{n}, filename = true, hive_partitioning = false) s
+            JOIN index_{n} i ON i.path = s.filename AND i.window_id = s.window_id""")
+    count, differ = con.execute(f"""
+        WITH p AS ({selects[0]}), q AS ({selects[1]})
+        SELECT (SELECT count(*) FROM q),
+               (SELECT count(*) FROM (FROM p EXCEPT ALL FROM q))
+               + (SELECT count(*) FROM (FROM q EXCEPT ALL FROM p))
+    """, files).fetchall()[0]
+    con.close()
+    return int(count), int(differ)
+
+
 _GRACE = timedelta(days=7)  # the default registry's grace; daily windows count late events
 _DAY = timedelta(days=1)
 
@@ -937,6 +963,13 @@ def _section_full(season: Season, scratch: Path, args: argparse.Namespace, conso
             _failed(console, "2. incremental", inc)
             return full
         published = sum(b["rows"] for b in incremental.manifest.boards.values())
+        task = progress.add_task("compare the night's standings with the full recompute's",
+                                 total=None)
+        try:
+            compared, differ = _same_versions(settings.lake_dir, result.manifest,
+                                              incremental.manifest)
+        finally:
+            progress.remove_task(task)
         figures = [
             ("full recompute as of the day before",
              f"{_per(before.seconds, before.cpu)} ({previous.events:,} events)"),
@@ -947,6 +980,10 @@ def _section_full(season: Season, scratch: Path, args: argparse.Namespace, conso
             ("standings rows rewritten / rows published (bounds the ratio below)",
              f"{incremental.standings_rows:,} / {published:,} = "
              f"{incremental.standings_rows / max(published, 1):.2f}"),
+            ("standings identical to the full recompute's (board, window, player, score, "
+             "rank; rows differing both ways)",
+             f"{'yes' if differ == 0 and compared == published else 'NO'}: {compared:,} "
+             f"rows, {differ:,} differ"),
             ("incremental", _per(inc.seconds, inc.cpu)),
             ("one new day / full recompute (same as_of), wall",
              _ratio(inc.seconds / full.seconds, "<= 0.25, issue 13 goal 3")),
