@@ -72,6 +72,17 @@ def _speed_layer(settings: Settings, *, start: bool = True) -> Any:
     return SpeedLayer(client, settings.registry, settings.lake_dir)
 
 
+def day_flag(text: str | None, flag: str) -> date | None:
+    """A YYYY-MM-DD flag's date (None when not given); anything else is bad usage that
+    names the flag, not a traceback."""
+    if text is None:
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{flag} `{text}` is not a calendar date; use YYYY-MM-DD") from None
+
+
 def _print_reasons(title: str, reasons: dict[str, int]) -> None:
     if not reasons:
         return
@@ -92,7 +103,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from app.season import generate_season
 
     settings = _settings(args)
-    start = date.fromisoformat(args.start) if args.start else (
+    start = day_flag(args.start, "--start") or (
         settings.now().date() - timedelta(days=args.days))
     spec = GenerateSpec(players=args.players, days=args.days, events_per_day=args.events_per_day,
                         start=start, seed=args.seed, dirty=args.dirty, writer=args.writer)
@@ -103,7 +114,16 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         def advance(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        report = generate_season(spec, settings.registry, settings.lake_dir, progress=advance)
+        try:
+            report = generate_season(spec, settings.registry, settings.lake_dir,
+                                     progress=advance)
+        except ValueError as exc:
+            if not str(exc).startswith("GenerateSpec."):
+                raise
+            # A spec refused before anything lands: named by its flag, not the field.
+            raise UsageError(re.sub(r"GenerateSpec\.(\w+)=",
+                                    lambda m: f"--{m.group(1).replace('_', '-')} ",
+                                    str(exc))) from None
     summary = {
         "players": spec.players, "days": spec.days, "start": spec.start.isoformat(),
         "events": report.events, "rows": report.rows, "accepted": report.accepted,
@@ -198,8 +218,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     from jobs.warehouse import refresh_warehouse
 
     settings = _settings(args)
-    as_of = date.fromisoformat(args.as_of) if args.as_of else (
-        settings.now().date() - timedelta(days=1))
+    as_of = day_flag(args.as_of, "--as-of") or (settings.now().date() - timedelta(days=1))
     with err.status(f"batch as of {as_of}") as status:
 
         def step(message: str) -> None:
@@ -501,7 +520,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     settings = _settings(args)
     registry = settings.registry
     board = registry.board(args.board)
-    as_of = date.fromisoformat(args.as_of) if args.as_of else None
+    as_of = day_flag(args.as_of, "--as-of")
     moment = settings.now() if as_of is None else datetime.combine(as_of, time(12), UTC)
     window = registry.calendar.resolve(args.window, moment)
     if window.kind not in board.windows:
@@ -609,6 +628,8 @@ def render_top(answer: dict[str, Any]) -> Table:
 def render_rank(answer: dict[str, Any]) -> str:
     """A `rank` answer as one line, with the move since the batch view's day."""
     player, where = answer["player_id"], f"{answer['board']} {answer['window']}"
+    if answer.get("display_name"):
+        player = f"{player} ({answer['display_name']})"
     if answer["status"] != "ranked":
         return f"{player} is unranked on {where} ({answer['total']:,} players)"
     line = (f"{player} on {where}: rank {answer['rank']:,} of {answer['total']:,}, "
@@ -991,6 +1012,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, RegistryError, UsageError, WindowError, WriterBusy) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
+    except Exception as exc:
+        # Redis lost the speed state (or never had it): its message says what to run. Looked
+        # up only if raised, so that commands without Redis do not import it.
+        speed_keys = sys.modules.get("leaderboard.speed_keys")
+        if speed_keys is None or not isinstance(exc, speed_keys.StateLost):
+            raise
+        err.print(f"[red]error:[/red] {exc}")
+        return 1
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from app.cli import (
     _read_command,
     _ReadFailed,
     _settings,
+    day_flag,
     err,
     name_of,
     out,
@@ -92,19 +92,10 @@ def render_history(answer: dict[str, Any]) -> Table | str:
     return table
 
 
-def _day(text: str | None, flag: str) -> date | None:
-    if text is None:
-        return None
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{flag} `{text}` is not a calendar date; use YYYY-MM-DD") from None
-
-
 @_read_command
 def _cmd_history(args: argparse.Namespace) -> int:
     _player(args.player)
-    first, last = _day(args.first, "--from"), _day(args.last, "--to")
+    first, last = day_flag(args.first, "--from"), day_flag(args.last, "--to")
     if first and last and first > last:
         raise UsageError(f"--from {first} is after --to {last}")
     settings = _settings(args)
@@ -132,6 +123,8 @@ def render_boards(answer: dict[str, Any]) -> Table:
     table.add_column("next reset (UTC)")
     for board in answer["boards"]:
         how = f"{board['aggregation']} {board['order']}, ties {board['ties']}"
+        if board.get("source") == "direct":  # fed by `score submit`, not by match events
+            how += "; fed by scores"
         for i, window in enumerate(board["windows"]):
             reset = window["next_reset"]
             table.add_row(board["board"] if i == 0 else "", how if i == 0 else "",

@@ -83,22 +83,33 @@ def release_answer(speed: Any, ids: Sequence[str], now: datetime) -> dict[str, A
 
 
 def render_page(answer: dict[str, Any]) -> Any:
+    """A page as three columns that fit an 80-column terminal: the id and reason whole
+    (to copy), then the row as sent (player, match, points, a score's board) with whether a
+    release landed it or moved it on a line of its own; the ids moved rows were quarantined
+    again as are listed under the table, whole."""
     if not answer["rows"]:
         return "no quarantined rows match"
     table = Table(title=f"{answer['count']:,} quarantined rows (--json: values, detail, "
                         "ingested_at)", title_justify="left", box=box.SIMPLE)
     table.add_column("id", no_wrap=True)
     table.add_column("reason", no_wrap=True)
-    table.add_column("board", no_wrap=True)  # a direct score's (a match event's has none)
-    for column in ("player_id", "match_id", "points", "released"):
-        table.add_column(column, overflow="fold")
+    table.add_column("player  match  points", overflow="fold")
     for row in answer["rows"]:
-        table.add_row(row["id"], row["reason"], row["board"] or "", row["player_id"] or "",
-                      row["match_id"] or "", row["points"] or "",
-                      "yes" if row["released"] else
-                      f"moved to {row['moved_to']}" if row["moved_to"] else "")
+        sent = "  ".join(str(row[name] or "-") for name in ("player_id", "match_id", "points"))
+        if row["board"]:  # a direct score's (a match event's has none)
+            sent += f"  on {row['board']}"
+        if row["released"]:
+            sent += "\nreleased"
+        elif row["moved_to"]:
+            sent += "\nmoved (below)"
+        table.add_row(row["id"], row["reason"], sent)
+    notes = [f"{row['id']} moved to {row['moved_to']}" for row in answer["rows"]
+             if row["moved_to"] and not row["released"]]
     if answer["next_cursor"]:
-        table.caption = f"more: --cursor {answer['next_cursor']}"
+        notes.append(f"more: --cursor {answer['next_cursor']}")
+    if notes:
+        table.caption = "\n".join(notes)
+        table.caption_justify = "left"
     return table
 
 

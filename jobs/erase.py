@@ -4,7 +4,8 @@ Every file under the lake that holds the player's id is rewritten without it, at
 (temp file + fsync + rename), and every version stays consistent with its files:
 
 - the landing zone and the quarantine (a quarantined row whose any text holds the id), the
-  ban and void logs and the profile log (a file left empty is deleted), the quarantine
+  ban and void logs and the profile log (a file left empty is deleted; in the rows kept, a
+  reason or display name naming the id has it replaced by `[erased]`), the quarantine
   releases' ledger;
 - the rollups, and each version's rollup index (rows, events, points) and event totals;
 - every standings file of every version: the player's rows go and the others are re-ranked
@@ -64,11 +65,14 @@ class LakeErasure:
 
 
 def _rewrite(report: LakeErasure, kind: str, paths: list[Path], player: str, *,
-             any_text: bool = False, drop_empty: bool = False) -> set[str]:
-    """Rewrite each file without the player's rows; returns the paths changed."""
+             any_text: bool = False, drop_empty: bool = False,
+             redact: tuple[str, ...] = ()) -> set[str]:
+    """Rewrite each file without the player's rows (and the id redacted from the `redact`
+    text columns of the rows kept); returns the paths changed."""
     changed = set()
     for path in paths:
-        removed = without_player(path, player, any_text=any_text, drop_empty=drop_empty)
+        removed = without_player(path, player, any_text=any_text, drop_empty=drop_empty,
+                                 redact=redact)
         if removed:
             changed.add(str(path))
             report.rows += removed
@@ -258,9 +262,13 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
     # An emptied quarantine file goes (its rows' ids name it; none is left to name).
     _rewrite(report, "quarantine", sorted((lake / "quarantine").rglob("*.parquet")), player,
              any_text=True, drop_empty=True)
-    for kind, folder in (("bans", bans_dir(lake)), ("voids", voids_dir(lake)),
-                         ("profiles", profiles_dir(lake))):
-        _rewrite(report, kind, sorted(folder.glob("*.parquet")), player, drop_empty=True)
+    # Other rows of the logs keep their place; an operator's free text naming the id (a
+    # reason, a display name) loses it.
+    for kind, folder, text in (("bans", bans_dir(lake), "reason"),
+                               ("voids", voids_dir(lake), "reason"),
+                               ("profiles", profiles_dir(lake), "display_name")):
+        _rewrite(report, kind, sorted(folder.glob("*.parquet")), player, drop_empty=True,
+                 redact=(text,))
     _releases(lake, player, report)
     say(f"landing zone, quarantine and logs: {report.rows} row(s) removed")
     rollups = _rewrite(report, "rollups", sorted((lake / "rollups").rglob("*.parquet")),

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.timeutil import format_instant
 
-__all__ = ["ERASED_PREFIX", "ErasureLedger", "erasure_dir", "record_erasure",
+__all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "erasure_dir", "record_erasure",
            "without_player"]
 
 #: What a quarantined row of an erased id holds in place of the id: this and the hash.
@@ -106,16 +106,22 @@ def record_erasure(lake: Path, player_id: str, at: datetime) -> str:
     return digest
 
 
+#: What an erased id becomes inside another row's free text (a ban's or void's reason).
+REDACTED = "[erased]"
+
+
 def without_player(path: Path, player_id: str, *, any_text: bool = False,
-                   drop_empty: bool = False) -> int:
+                   drop_empty: bool = False, redact: tuple[str, ...] = ()) -> int:
     """Rewrite one Parquet file without the rows of `player_id` (its `player_id` column;
     with `any_text`, every row with a text column holding the id as a token, not inside a
-    longer id: as a quarantined row's detail may quote it). Atomic; returns the rows
-    removed (0: the file is not touched). `drop_empty`: a file left without rows is
-    deleted instead."""
+    longer id: as a quarantined row's detail may quote it). `redact`: text columns where
+    other rows keep their place but the id, as a token, becomes REDACTED (an operator's
+    reason for another player's ban, or for a whole match's void, naming the player).
+    Atomic; returns the rows removed or redacted (0: the file is not touched).
+    `drop_empty`: a file left without rows is deleted instead."""
     token = f"(^|[^A-Za-z0-9_.:-]){re.escape(player_id)}($|[^A-Za-z0-9_.:-])"
-    if not any_text and not pq.read_table(path, columns=["player_id"],
-                                          filters=[("player_id", "=", player_id)]).num_rows:
+    if not any_text and not redact and not pq.read_table(
+            path, columns=["player_id"], filters=[("player_id", "=", player_id)]).num_rows:
         return 0  # the id's column only, pruned by row-group statistics: most files
     table = pq.read_table(path)
     if table.num_rows == 0:
@@ -131,11 +137,25 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
                  else pc.equal(column, player_id))
         hit = pc.or_(hit, pc.fill_null(found, False))
     removed = int(pc.sum(hit).as_py() or 0)
-    if removed == 0:
+    kept = table.filter(pc.invert(hit)) if removed else table
+    redacted = pa.array(np.zeros(kept.num_rows, dtype=bool))
+    for name in redact:
+        if name not in kept.column_names:
+            continue
+        column = kept.column(name)
+        named = pc.fill_null(pc.match_substring_regex(column, token), False)
+        if not pc.any(named).as_py():
+            continue
+        redacted = pc.or_(redacted, named)
+        # A pass replaces occurrences that do not share a separator: again until none left.
+        while pc.any(pc.fill_null(pc.match_substring_regex(column, token), False)).as_py():
+            column = pc.replace_substring_regex(column, token, f"\\1{REDACTED}\\2")
+        kept = kept.set_column(kept.column_names.index(name), name, column)
+    changed = removed + int(pc.sum(redacted).as_py() or 0)
+    if changed == 0:
         return 0
-    kept = table.filter(pc.invert(hit))
     if drop_empty and kept.num_rows == 0:
         path.unlink()
     else:
         atomic_write_parquet(kept, path)
-    return removed
+    return changed

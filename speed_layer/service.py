@@ -1038,32 +1038,50 @@ class SpeedLayer:
     def rewrite_persistence(self, *, poll: float = 0.05, limit: float = 300.0) -> list[str]:
         """Rewrite Redis's files so no byte of erased data remains in them: BGREWRITEAOF
         (the AOF's base and increments are replaced) and, when snapshots are configured,
-        BGSAVE; waits for both. Returns what was rewritten ("aof", "rdb")."""
+        BGSAVE; waits for both. On a Redis Cluster every node rewrites its own files (the
+        commands name no key, so no one node stands for the others). Returns what was
+        rewritten ("aof", "rdb")."""
+        from redis.cluster import RedisCluster
+
+        cluster: Any = self.client  # `connect` types either client as redis.Redis
+        clients = ([cluster.get_redis_connection(node)
+                    for node in cluster.get_nodes()]  # type: ignore[no-untyped-call]
+                   if isinstance(cluster, RedisCluster) else [self.client])
+        done: set[str] = set()
+        for client in clients:
+            done.update(self._rewrite_files(client, poll, limit))
+        return [kind for kind in ("aof", "rdb") if kind in done]
+
+    @classmethod
+    def _rewrite_files(cls, client: redis.Redis, poll: float, limit: float) -> list[str]:
         done = []
-        info = self.client.info("persistence")
+        info = client.info("persistence")
         if int(info.get("aof_enabled", 0)):
-            self._wait_for(lambda i: not int(i.get("aof_rewrite_in_progress", 0))
-                           and not int(i.get("aof_rewrite_scheduled", 0)), poll, limit)
-            self.client.bgrewriteaof()
-            self._wait_for(lambda i: not int(i.get("aof_rewrite_in_progress", 0))
-                           and not int(i.get("aof_rewrite_scheduled", 0)), poll, limit)
+            cls._wait_for(client, lambda i: not int(i.get("aof_rewrite_in_progress", 0))
+                          and not int(i.get("aof_rewrite_scheduled", 0)), poll, limit)
+            client.bgrewriteaof()
+            cls._wait_for(client, lambda i: not int(i.get("aof_rewrite_in_progress", 0))
+                          and not int(i.get("aof_rewrite_scheduled", 0)), poll, limit)
             done.append("aof")
         try:
-            save = self.client.config_get("save").get("save", "")
+            save = client.config_get("save").get("save", "")
         except redis.ResponseError:
             save = ""  # CONFIG refused (a managed Redis): snapshots are the host's
         if save:
-            self._wait_for(lambda i: not int(i.get("rdb_bgsave_in_progress", 0)), poll, limit)
-            self.client.bgsave()
-            self._wait_for(lambda i: not int(i.get("rdb_bgsave_in_progress", 0)), poll, limit)
+            cls._wait_for(client, lambda i: not int(i.get("rdb_bgsave_in_progress", 0)),
+                          poll, limit)
+            client.bgsave()
+            cls._wait_for(client, lambda i: not int(i.get("rdb_bgsave_in_progress", 0)),
+                          poll, limit)
             done.append("rdb")
         return done
 
-    def _wait_for(self, ready: Any, poll: float, limit: float) -> None:
+    @staticmethod
+    def _wait_for(client: redis.Redis, ready: Any, poll: float, limit: float) -> None:
         import time
 
         deadline = time.monotonic() + limit
-        while not ready(self.client.info("persistence")):
+        while not ready(client.info("persistence")):
             if time.monotonic() > deadline:
                 raise redis.TimeoutError("Redis did not finish rewriting its files in "
                                          f"{limit:.0f} s; check its log")

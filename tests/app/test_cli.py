@@ -455,3 +455,43 @@ def test_python_m_app_cli_reports_usage_errors_of_every_command(tmp_path):
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("error: "), done.stderr
         assert "Traceback" not in done.stderr
+
+
+# -- errors a person reads (issue 12 audit) --------------------------------------------------
+
+def test_a_read_on_a_lost_speed_state_says_what_to_run(served, redis_client, capsys):
+    """Regression (audit of issue 12): a read after Redis lost the speed state (a flush, or
+    a fresh Redis after `generate` and `batch`) died with a StateLost traceback; it exits 1
+    with the message, which names `leaderboard speed rebuild`, and a rebuild serves again."""
+    redis_client.flushall()
+    for argv in (["top", "global"], ["rank", "global", "dave"],
+                 ["friends", "global", "dave", "bob"], ["percentiles", "global"]):
+        assert main(argv) == 1, argv
+        said = capsys.readouterr().err
+        assert said.startswith("error: "), said
+        assert "leaderboard speed rebuild" in said, said
+    assert main(["speed", "rebuild"]) == 0
+    capsys.readouterr()
+    code, top = run_json(capsys, "top", "global")
+    assert (code, top["entries"][0]["player_id"]) == (0, "dave")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["batch", "--as-of", "2026-99-01"], "--as-of `2026-99-01` is not a calendar date"),
+    (["report", "global", "--as-of", "yesterday"], "--as-of `yesterday` is not a calendar"),
+    (["generate", "--start", "2026-02-30", "--players", "40", "--days", "1"],
+     "--start `2026-02-30` is not a calendar date"),
+    (["generate", "--players", "5", "--days", "1", "--events-per-day", "10"],
+     "--players 5 is too few"),
+    (["generate", "--players", "40", "--days", "1", "--events-per-day", "10",
+      "--writer", "BAD!"], "--writer 'BAD!' must be"),
+])
+def test_bad_flags_name_the_flag_instead_of_a_traceback(data, capsys, argv, says):
+    """Regression (audit of issue 12): a malformed date flag or a generate spec out of range
+    raised ValueError (a traceback naming `GenerateSpec.players`); now exit 2 naming the
+    flag, and nothing is landed."""
+    assert main(argv) == 2
+    said = capsys.readouterr().err.strip()  # after the progress bar's blank line
+    assert said.startswith("error: "), said
+    assert says in said, said
+    assert not (data / "lake").exists() or landed_rows(data) == []

@@ -102,6 +102,11 @@ def test_boards(served, capsys):
     assert "sum desc" in out
     assert "weekly:2026-W49" in out
     assert "2026-12-07 00:00" in out  # the weekly window's next reset
+    # Which boards take scores (POST .../scores, `score submit`) rather than match events.
+    lap = out[out.index("│ best-lap"):]
+    assert "fed by" in lap, out
+    assert "scores" in lap, out
+    assert "fed by" not in out[:out.index("│ best-lap")]
 
 
 def test_top_pages_by_cursor(served, capsys):
@@ -145,6 +150,9 @@ def test_profile_set_get_and_names_in_every_listing(served, capsys):
     assert friends["entries"][0]["display_name"] == "Big Dave"
     assert main(["top", "global", "-n", "2"]) == 0
     assert "Big Dave" in capsys.readouterr().out
+    # The one-line rank names the player too (the audit of issue 12 found it without).
+    assert main(["rank", "global", "dave"]) == 0
+    assert capsys.readouterr().out.startswith("dave (Big Dave) on global all-time: rank 1")
     assert main(["profile", "get", "dave"]) == 0
     assert "Big Dave" in capsys.readouterr().out
     assert main(["profile", "get", "zed"]) == 0

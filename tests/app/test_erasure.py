@@ -280,3 +280,64 @@ def test_an_erasure_killed_before_its_manifest_leaves_files_the_nightly_sweep_re
     assert (report.files, report.runs) == (2, [strays[0].name])
     assert not strays[0].exists() or not any(strays[0].iterdir())
     assert sweep_dead_runs(lake).runs == []  # its tombstone went with its files
+
+
+def test_an_operators_free_text_naming_the_player_is_redacted(world):
+    """Regression (audit of issue 12): the reason of another player's ban, of a whole
+    match's void and another player's display name are free text, and named the erased id
+    ("smurf of <id>"): those rows stayed as written, so the id stayed in the lake. They
+    keep their place (the ban and the void still hold, the name is still set) with the id,
+    as a token, replaced by `[erased]`."""
+    from leaderboard.bans import read_tombstones
+    from leaderboard.erasure import REDACTED
+    from leaderboard.profiles import history_of
+    from leaderboard.voids import read_voids
+
+    settings, registry, _client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(65, start=START, days=1,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    at = day("2026-11-30T10:00:00")
+    write_tombstone(lake, "p004", "ban", at, reason=f"smurf of {VICTIM},{VICTIM}")
+    speed.void("m-other", None, at, f"{VICTIM} used an aimbot")
+    write_profile(lake, parse_profile("p005", {"display_name": f"fan of {VICTIM}"}), at, "t")
+    assert _holding(settings.data_dir)
+
+    erase_player(settings, speed, VICTIM, settle=0.0)
+
+    assert _settled_holding(settings.data_dir) == []
+    [ban] = [t for t in read_tombstones(lake).to_pylist() if t["player_id"] == "p004"]
+    assert (ban["action"], ban["reason"]) == ("ban", f"smurf of {REDACTED},{REDACTED}")
+    [void] = [v for v in read_voids(lake) if v.match_id == "m-other"]
+    assert void.reason == f"{REDACTED} used an aimbot"
+    assert [p.display_name for p in history_of(lake, "p005")] == [f"fan of {REDACTED}"]
+
+
+def test_an_erasure_on_a_redis_cluster_rewrites_every_nodes_files(redis_cluster, tmp_path):
+    """Regression (audit of issue 12): on a Redis Cluster with AOF on, the erasure died at
+    BGREWRITEAOF (a command with no key: the cluster client cannot route it; the CLI printed
+    a traceback, the HTTP route a 500), and every node's AOF kept the id. Now each node
+    rewrites its own files, and no node's AOF holds the id."""
+    from leaderboard.speed_keys import connect
+
+    for node in redis_cluster.nodes:  # AOF on: each node writes a base file, then appends
+        node.config_set("appendonly", "yes")
+    data = tmp_path / "data"
+    (data / "lake").mkdir(parents=True)
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data),
+                                  "REDIS_URL": redis_cluster.url,
+                                  "LEADERBOARD_NOW": "2026-11-30T12:00:00Z"})
+    speed = SpeedLayer(connect(settings), settings.registry, settings.lake_dir)
+    land(settings.lake_dir, settings.registry, _with_victim(random_stream(
+        66, start=START, days=2, duplicate_share=0.0), "p003"), speed=speed)
+    run_batch(settings, date(2026, 11, 28))
+    speed.rebase(read_current(settings.lake_dir))
+    node_dirs = [tmp_path / f"cluster-node-{n.connection_pool.connection_kwargs['port']}"
+                 for n in redis_cluster.nodes]
+    assert any(_holding(d) for d in node_dirs)  # the id is in the nodes' AOF increments
+
+    result = erase_player(settings, speed, VICTIM, settle=0.0)
+
+    assert result["redis"]["rewritten"] == ["aof"]
+    assert [f for d in node_dirs for f in _settled_holding(d)] == []
+    assert _settled_holding(data) == []

@@ -161,3 +161,37 @@ def test_a_row_quarantined_again_is_listed_with_its_new_id(tmp_path, redis_clien
     with console.capture() as shown:
         console.print(render_page(page))
     assert f"moved to {new['id']}" in shown.get()
+
+
+def test_the_listing_table_is_readable_on_an_80_column_terminal():
+    """Regression (audit of issue 12): at 80 columns (a piped or small terminal) the id,
+    reason and board columns took the width and the values were folded one character a
+    line ("p", "0", "0", ...). Each row's id, reason, player, match, points, board and what
+    a release did are now whole on the page."""
+    from rich.console import Console
+
+    from app.review import render_page
+
+    rows = [
+        {"id": "2026-11-29.gen.5.0.1903155e", "reason": "points_out_of_bounds",
+         "board": None, "player_id": "p0000098", "match_id": "m3-0054", "points": "1000143",
+         "released": False, "moved_to": None},
+        {"id": "2026-12-03.http.12.0.6681bcfa", "reason": "implausible_rate",
+         "board": "best-lap", "player_id": "p0000161", "match_id": "race-5",
+         "points": "5000", "released": True, "moved_to": None},
+        {"id": "2026-12-03.cli.4.0.a69a5911", "reason": "event_time_in_future",
+         "board": "best-lap", "player_id": "zoe", "match_id": "lap-7", "points": "640",
+         "released": False, "moved_to": "2026-12-03.release.0.0.0b1c2d3e"},
+    ]
+    console = Console(width=80)
+    with console.capture() as shown:
+        console.print(render_page({"count": 3, "next_cursor": rows[-1]["id"], "rows": rows}))
+    lines = shown.get().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for row in rows:
+        values = [row["id"], row["reason"], row["player_id"], row["match_id"], row["points"]]
+        assert all(any(value in line for line in lines) for value in values), (row, lines)
+    text = shown.get()
+    assert "on best-lap" in text
+    assert "released" in text
+    assert "moved to 2026-12-03.release.0.0.0b1c2d3e" in text
