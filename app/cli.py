@@ -471,7 +471,8 @@ def _cmd_score(args: argparse.Namespace) -> int:
     answer: dict[str, Any] = {
         "board": board.name, "player_id": args.player, "match_id": args.match,
         field: args.value, "accepted": report.accepted == 1, "retry": report.retries == 1,
-        "folded": speed is not None and report.fold_error is None}
+        "folded": (speed is not None and report.accepted + report.retries == 1
+                   and report.fold_error is None)}
     if report.rejections:
         _, reason, detail = report.rejections[0]
         answer.update(error=reason, message=detail.replace("points", field, 1))

@@ -291,7 +291,9 @@ def decode_cursor(cursor: str | None) -> int:
         padded = cursor + "=" * (-len(cursor) % 4)
         offset = int(json.loads(base64.urlsafe_b64decode(padded))["o"])
     except (ValueError, KeyError, TypeError):
-        raise QueryError(f"cursor {cursor!r} is not one this API returned") from None
+        raise QueryError(f"cursor {cursor!r} is not one this API returned; pass the "
+                         "next_cursor of the previous page, or none for the first page"
+                         ) from None
     if offset < 0:
         raise QueryError("cursor is out of range")
     return offset

@@ -87,11 +87,16 @@ def check_rate(client: redis.Redis, keys: ApiKeys, server_id: str, events: int, 
                        "batch")
     found = admit(client, server_id, rate, burst, events)
     if not found.allowed:
-        refused = (f"this request of {events:,} events was refused whole and nothing of it "
-                   "landed" if what is None else f"{what} counts as one and was refused: "
-                                                 "nothing was saved")
+        refused = (f"this request of {_events(events)} was refused whole and nothing of "
+                   "it landed" if what is None else f"{what} counts as one and was refused: "
+                                                    "nothing was saved")
         raise ApiError(429, "rate_limited",
-                       f"server {server_id} may send {rate:g} events a second (bursts of "
+                       f"server {server_id} may send {_events(rate)} a second (bursts of "
                        f"{burst:,}); {refused}: retry it after {found.retry_after} s",
                        headers={"Retry-After": str(found.retry_after)},
                        retry_after=found.retry_after)
+
+
+def _events(count: float) -> str:
+    """`1 event`, `2 events`, `0.5 events` (a person reads the refusal)."""
+    return f"{count:,g} event" + ("" if count == 1 else "s")

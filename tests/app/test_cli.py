@@ -438,6 +438,15 @@ def test_a_refused_score_exits_nonzero_and_says_why(data, capsys, argv, code, sa
     assert not [r for r in landed_rows(data) if r["board"]]
 
 
+def test_a_refused_score_is_not_folded(data, capsys):
+    """Regression (audit of issue 12): a score refused by validation answered `folded:
+    true` (the fold of nothing had not failed); nothing of it is in the speed layer."""
+    code, answer = run_json(capsys, "score", "submit", "best-lap", "alice", "0", "--match", "r")
+    assert code == 1
+    assert (answer["error"], answer["accepted"], answer["folded"]) == (
+        "points_out_of_bounds", False, False)
+
+
 def test_python_m_app_cli_reports_usage_errors_of_every_command(tmp_path):
     """`python -m app.cli` (how the tests and benchmarks start it): a usage error raised by
     a command living in another module is `error: ...` and exit 2, like the installed

@@ -123,7 +123,9 @@ def test_top_pages_by_cursor(served, capsys):
     assert "global all-time: 2 from rank 3 of 5" in out
     assert f"next page: --cursor {second['next_cursor']}" in out
     assert main(["top", "global", "--cursor", "!!"]) == 2
-    assert "is not one this API returned" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "is not one this API returned" in said
+    assert "next_cursor of the previous page" in said  # what to do (audit of issue 12)
 
 
 def test_profile_set_get_and_names_in_every_listing(served, capsys):

@@ -889,6 +889,9 @@ def test_a_refused_score_says_why(world, board, body, status, error, says):
     assert answer.json()["error"] == error
     assert says in answer.json()["message"]
     if status == 422:  # kept with its reason, as a refused event row is
+        # Nothing of it is in the speed layer (the answer said `folded: true` before the
+        # audit of issue 12, for a refused score after validation).
+        assert answer.json().get("folded", False) is False
         assert [r["reason"] for r in _lake_rows(world.lake, "quarantine")] == [error]
         # ... and with its board, found by that reason (regression: the route's own codes,
         # e.g. score_expected, were no `reason=` choice, and their rows had no board).

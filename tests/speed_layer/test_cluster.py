@@ -166,3 +166,25 @@ def test_ban_unban_and_rebuild_on_a_cluster_restore_exactly(cluster, tmp_path):
     assert speed.rebuild(at + timedelta(minutes=2)) == len(landed_files(lake))
     assert speed.current().epoch != version.epoch
     assert merged(cluster, version.tag) == before
+
+
+def test_voids_on_a_cluster_equal_a_single_node(cluster, redis_client, tmp_path):
+    """A void recomputes each voided player's board-windows in one MULTI per board-window
+    (audit of issue 12: voids had no cluster test). A whole match's void and one player's
+    void of another match leave the cluster's merged state equal to a single node's run
+    of the same stream and voids, and to the reference standings of the lake with them."""
+    registry = registry_from(MIXED)
+    events = random_stream(34, start=START, duplicate_share=0.0)
+    states = []
+    for name, client in (("cluster", cluster), ("single", redis_client)):
+        lake = tmp_path / name / "lake"
+        speed = SpeedLayer(client, registry, lake)
+        land(lake, registry, events, speed=speed)
+        whole, other = sorted({e["match_id"] for e in events})[:2]
+        player = next(e["player_id"] for e in events if e["match_id"] == other)
+        at = START + timedelta(days=5)
+        assert speed.void(whole, None, at, "exploit")
+        assert speed.void(other, player, at, "typo") == [player]
+        states.append(merged(client, speed.current().tag))
+    assert states[0] == states[1]
+    assert states[0] == reference(tmp_path / "cluster" / "lake", registry)

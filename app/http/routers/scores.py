@@ -178,7 +178,9 @@ async def submit_score(
     answer: dict[str, Any] = {
         "board": found.name, "player_id": data["player_id"], "match_id": data["match_id"],
         field: data[field], "accepted": report.accepted == 1, "retry": report.retries == 1,
-        "folded": report.fold_error is None,
+        # In the speed layer: landed and folded now, or a retry of a score that is; a
+        # refused score is in neither.
+        "folded": report.accepted + report.retries == 1 and report.fold_error is None,
     }
     if report.rejections:
         _, reason, detail = report.rejections[0]

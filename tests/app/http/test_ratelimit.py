@@ -106,7 +106,11 @@ def test_the_limit_holds_across_apps_and_a_refused_batch_lands_nothing(two_apps)
     assert _landed(lake, "quarantine") == []
     # The last token is still there for a batch of one; then the bucket is empty.
     assert _post(b, [_event(6)]).status_code == 200
-    assert _post(a, [_event(7)]).status_code == 429
+    one = _post(a, [_event(7)])
+    assert one.status_code == 429
+    assert one.json()["message"].startswith(  # "1 events" before the audit of issue 12
+        "server s1 may send 0.001 events a second (bursts of 4); this request of 1 event "
+        "was refused whole")
     # A server without a limit is not held back; a batch over the burst could never pass.
     assert _post(a, [_event(n) for n in range(10, 20)], key=FREE).status_code == 200
     too_big = _post(a, [_event(n) for n in range(30, 35)])
