@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from jobs.erase import erase_from_lake
 from jobs.sweep import hold_run
 from jobs.warehouse import refresh_warehouse, warehouse_path
+from leaderboard.erasure import erasure_barrier
 from leaderboard.manifest import Manifest, read_current, swap_current, write_version
 from leaderboard.settings import Settings
 from leaderboard.speed_keys import StateLost
@@ -44,6 +45,14 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, s
     reads a version other than the live one (`app.http.service.ERASURE_SETTLE`: the pointer
     reuse plus a request's longest Redis wait); the other versions' keys are deleted only
     that long after the pointer moved."""
+    # One erasure at a time, and none while a batch run or a compaction holds the lake's
+    # files (each waits for the other): see `erasure_barrier`.
+    with erasure_barrier(settings.lake_dir, exclusive=True):
+        return _erase(settings, speed, player, settle=settle, say=say, sleep=sleep)
+
+
+def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle: float,
+           say: Callable[[str], None], sleep: Callable[[float], None]) -> dict[str, Any]:
     lake, now = settings.lake_dir, settings.now()
     report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
     # Nothing of the id in the lake (an id never seen, or erased before): no version or

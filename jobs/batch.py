@@ -44,6 +44,7 @@ from jobs.sweep import SweepRefused, hold_run, sweep_dead_runs
 from leaderboard.bans import banned_players
 from leaderboard.binding import bind_registry
 from leaderboard.calendar import ALL_TIME
+from leaderboard.erasure import erasure_barrier
 from leaderboard.faults import checkpoint
 from leaderboard.lake import (
     ROW_GROUP_SIZE,
@@ -417,7 +418,8 @@ def run_batch(
         FullAfterRetention.check(lake, as_of)
     # Running from before the first file to after the manifest: a sweep never takes this
     # run's files. The sweep of what killed runs left comes first (jobs.sweep).
-    with hold_run(lake, plan.run):
+    # Shared with other runs, exclusive of an erasure (which rewrites the files read here).
+    with hold_run(lake, plan.run), erasure_barrier(lake, exclusive=False):
         _sweep(lake, say)
         eng = open_engine(engine or settings.engine, spark_master=spark_master)
         try:

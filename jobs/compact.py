@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from leaderboard.erasure import erasure_barrier
 from leaderboard.faults import checkpoint
 from leaderboard.lake import (
     BACKFILL_FILE_ROWS,
@@ -344,7 +345,15 @@ def compact_partition(
     """Compact the small files of partition `day`; safe to rerun (finishes or no-ops).
 
     Fault checkpoint `compact.record` (`leaderboard.faults`) follows the record's write.
+    Not while an erasure rewrites the partition's files (`erasure_barrier`: it waits).
     """
+    with erasure_barrier(lake, exclusive=False):
+        return _compact_partition(lake, day, speed=speed, small_rows=small_rows,
+                                  max_rows=max_rows, say=say)
+
+
+def _compact_partition(lake: Path, day: date, *, speed: SpeedWatermark, small_rows: int,
+                       max_rows: int, say: Say | None) -> CompactionReport:
     say = say or (lambda _message: None)
     report = CompactionReport(day)
     partition = _partition(lake, day)

@@ -13,10 +13,13 @@ fsync + rename), which every part of an erasure uses.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import re
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,8 +33,8 @@ import pyarrow.parquet as pq
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.timeutil import format_instant
 
-__all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "erasure_dir", "record_erasure",
-           "without_player"]
+__all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "erasure_barrier", "erasure_dir",
+           "record_erasure", "without_player"]
 
 #: What a quarantined row of an erased id holds in place of the id: this and the hash.
 ERASED_PREFIX = "erased:"
@@ -39,6 +42,21 @@ ERASED_PREFIX = "erased:"
 
 def erasure_dir(lake: Path) -> Path:
     return lake / "erasure"
+
+
+@contextmanager
+def erasure_barrier(lake: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold the lake's erasure barrier for the block: exclusive for an erasure, shared for
+    a job that reads and rewrites the files an erasure rewrites (a batch run, a
+    compaction). Without it two erasures read a file, each wrote it back without its own
+    player only (one removal lost, or a reader met a file mid-replace), and a batch that
+    read the events before an erasure published the id again after it. Blocks until
+    free."""
+    path = erasure_dir(lake) / "barrier.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield  # closing the file releases the lock
 
 
 def _salt(lake: Path) -> bytes:

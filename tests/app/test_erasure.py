@@ -13,6 +13,7 @@ import shutil
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -341,3 +342,137 @@ def test_an_erasure_on_a_redis_cluster_rewrites_every_nodes_files(redis_cluster,
     assert result["redis"]["rewritten"] == ["aof"]
     assert [f for d in node_dirs for f in _settled_holding(d)] == []
     assert _settled_holding(data) == []
+
+
+def _erasure_waits(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An Event set when an erasure finds the erasure barrier held and starts to wait for
+    it (the barrier's exclusive flock tried without blocking first): how a test knows an
+    erasure is waiting without timing it."""
+    import fcntl
+    import threading
+    from types import SimpleNamespace
+
+    import leaderboard.erasure as erasure_module
+
+    waiting = threading.Event()
+
+    def flock(handle: Any, operation: int) -> None:
+        if operation == fcntl.LOCK_EX:
+            try:
+                fcntl.flock(handle, operation | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                waiting.set()
+        fcntl.flock(handle, operation)
+
+    monkeypatch.setattr(erasure_module, "fcntl", SimpleNamespace(
+        flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH))
+    return waiting
+
+
+def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
+    """Regression (audit of issue 12): two erasures at once (two DELETE requests: the
+    route runs in a thread pool) each read a file and wrote it back without their own
+    player only, so one removal was lost (or a read met a file mid-replace: a 500). One
+    erasure now waits for the other (`erasure_barrier`). Forced interleaving: the first
+    erasure, about to write its first rewritten file, starts the second and goes on once
+    the second has finished (the old code: the first then wrote back the second's player)
+    or waits at the barrier."""
+    import threading
+
+    import leaderboard.erasure as erasure_module
+
+    settings, registry, _client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(67, start=START, days=1,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    other = "p004"
+
+    def players() -> set[str]:
+        return {r["player_id"] for f in landed_files(lake)
+                for r in pq.read_table(f.path, columns=["player_id"]).to_pylist()}
+
+    assert {VICTIM, other} <= players()
+    first = threading.current_thread()
+    waiting = _erasure_waits(monkeypatch)
+    second_done = threading.Event()
+    errors: list[BaseException] = []
+
+    def erase_other() -> None:
+        try:
+            erase_player(settings, speed, other, settle=0.0)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            second_done.set()
+
+    second = threading.Thread(target=erase_other)
+    real = erasure_module.atomic_write_parquet
+    seen: list[str] = []
+
+    def start_the_second_then_write(table: pa.Table, path: Path, **kwargs: object) -> None:
+        if threading.current_thread() is first and not seen:
+            second.start()
+            while not (second_done.wait(0.05) or waiting.is_set()):
+                pass
+            seen.append("finished" if second_done.is_set() else "waits")
+        real(table, path, **kwargs)
+
+    monkeypatch.setattr(erasure_module, "atomic_write_parquet", start_the_second_then_write)
+    erase_player(settings, speed, VICTIM, settle=0.0)
+    second.join()
+    assert errors == []
+    assert seen == ["waits"]  # the second erasure could not run meanwhile
+    assert not {VICTIM, other} & players()
+    assert _settled_holding(settings.data_dir) == []
+
+
+def test_an_erasure_during_a_batch_run_waits_and_leaves_no_byte_in_its_version(
+        world, monkeypatch):
+    """Regression (audit of issue 12): an erasure while a batch run had rolled up the
+    events but not yet written them made the run refuse to publish (its standings no
+    longer added up to the points it had counted: "not publishing", the night lost until a
+    retry). The erasure now waits for
+    the run (`erasure_barrier`, shared by batch runs) and then erases its version too.
+    Forced interleaving: with the events rolled up, not yet written, the run starts the
+    erasure and goes on once it has finished (the old code) or waits at the barrier."""
+    import threading
+
+    import jobs.batch as batch_module
+
+    settings, registry, _client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(68, start=START, days=2,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    run_batch(settings, date(2026, 11, 28))
+    waiting = _erasure_waits(monkeypatch)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def erase() -> None:
+        try:
+            erase_player(settings, speed, VICTIM, settle=0.0)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    eraser = threading.Thread(target=erase)
+    real = batch_module.checkpoint
+    seen: list[str] = []
+
+    def erase_meanwhile(name: str) -> None:
+        if name == "batch.rollups" and not seen:
+            eraser.start()
+            while not (done.wait(0.05) or waiting.is_set()):
+                pass
+            seen.append("finished" if done.is_set() else "waits")
+        real(name)
+
+    monkeypatch.setattr(batch_module, "checkpoint", erase_meanwhile)
+    run_batch(settings, date(2026, 11, 29))
+    eraser.join()
+    assert errors == []
+    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert read_current(lake).as_of == "2026-11-29"
+    assert _settled_holding(settings.data_dir) == []
