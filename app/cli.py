@@ -384,6 +384,8 @@ def _cmd_speed(args: argparse.Namespace) -> int:
 
 def _cmd_ban(args: argparse.Namespace) -> int:
     _player(args.player)
+    if len(getattr(args, "reason", None) or "") > 500:  # as POST /v1/admin/bans
+        raise UsageError(f"--reason is {len(args.reason):,} characters; use at most 500")
     settings = _settings(args)
     speed = _require_speed(settings)
     if args.command == "ban":
@@ -398,6 +400,9 @@ def _cmd_ban(args: argparse.Namespace) -> int:
 def _cmd_void(args: argparse.Namespace) -> int:
     """Void a match (or one player's result in it), or list the voids (`--list`)."""
     settings = _settings(args)
+    if args.list and (args.player is not None or args.reason is not None):
+        raise UsageError("--list takes only a match id (whose voids to list); --player and "
+                         "--reason are for voiding")
     if args.list:
         from leaderboard.voids import read_voids
 
@@ -416,6 +421,8 @@ def _cmd_void(args: argparse.Namespace) -> int:
         return 0
     if args.match is None or not args.reason:
         raise UsageError("give the match to void and --reason (or --list to see the voids)")
+    if len(args.reason) > 500:  # as POST /v1/admin/voids
+        raise UsageError(f"--reason is {len(args.reason):,} characters; use at most 500")
     from leaderboard.validation import MATCH_ID_PATTERN
 
     if len(args.match) > 128 or not re.match(MATCH_ID_PATTERN, args.match):

@@ -176,7 +176,9 @@ def _profile_rows(path: Path) -> list[dict[str, Any]]:
                     return [{"player_id": pid, "display_name": name, "country": country}
                             for pid, name, country in team_profiles(path)]
                 rows = [{k: (v or None) for k, v in row.items()} for row in reader]
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
+        raise UsageError(f"cannot read profiles from {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"cannot read profiles from {path}: {exc}") from None
     if not all(isinstance(row, dict) for row in rows):
         raise UsageError(f"{path}: every line must be a JSON object with player_id and "

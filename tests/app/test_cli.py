@@ -504,3 +504,22 @@ def test_bad_flags_name_the_flag_instead_of_a_traceback(data, capsys, argv, says
     assert said.startswith("error: "), said
     assert says in said, said
     assert not (data / "lake").exists() or landed_rows(data) == []
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["void", "m1", "--reason", "x" * 501], "--reason is 501 characters; use at most 500"),
+    (["ban", "alice", "--reason", "x" * 501], "--reason is 501 characters; use at most 500"),
+    (["void", "--list", "--player", "alice"], "--list takes only a match id"),
+    (["profile", "import", "/nonexistent/profiles.csv"], "No such file or directory"),
+])
+def test_operator_commands_refuse_what_the_api_refuses(data, capsys, argv, says):
+    """Regression (audit of issue 12): `void` and `ban` kept a reason of any length (the
+    admin routes take at most 500 characters), `void --list --player P` listed every void
+    as if --player were not there, and a missing import file printed Python's
+    `[Errno 2] ... '<path>'`. Each is now exit 2 saying what to do; nothing is written."""
+    assert main(argv) == 2
+    said = capsys.readouterr().err
+    assert says in said, said
+    assert "[Errno" not in said
+    assert not (data / "lake" / "voids").exists()
+    assert not (data / "lake" / "bans").exists()

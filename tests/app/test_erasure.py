@@ -476,3 +476,55 @@ def test_an_erasure_during_a_batch_run_waits_and_leaves_no_byte_in_its_version(
     assert seen == ["waits"]  # the erasure could not run meanwhile
     assert read_current(lake).as_of == "2026-11-29"
     assert _settled_holding(settings.data_dir) == []
+
+
+def test_an_erasure_during_a_compaction_waits_for_it(world, monkeypatch):
+    """Regression (audit of issue 12): an erasure between a compaction's record (the
+    originals' row count and checksum) and its write rewrote the originals, and the
+    compaction stopped with "the originals ... no longer hold the rows it recorded; ...
+    check the partition by hand". The erasure now waits for the compaction
+    (`erasure_barrier`, shared by compactions), then erases the compacted file. Forced
+    interleaving as for the batch run above."""
+    import threading
+
+    import jobs.compact as compact_module
+    from jobs.compact import SpeedWatermark, compact_partition
+    from leaderboard.manifest import watermark_for
+
+    settings, registry, _client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(69, start=START, days=2,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    run_batch(settings, date(2026, 11, 28))
+    waiting = _erasure_waits(monkeypatch)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def erase() -> None:
+        try:
+            erase_player(settings, speed, VICTIM, settle=0.0)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    eraser = threading.Thread(target=erase)
+    real = compact_module._write_target
+    seen: list[str] = []
+
+    def erase_meanwhile(lake_dir: Path, record: dict) -> Path:
+        if not seen:
+            eraser.start()
+            while not (done.wait(0.05) or waiting.is_set()):
+                pass
+            seen.append("finished" if done.is_set() else "waits")
+        return real(lake_dir, record)
+
+    monkeypatch.setattr(compact_module, "_write_target", erase_meanwhile)
+    report = compact_partition(lake, START.date(), speed=SpeedWatermark(
+        present=True, watermark=watermark_for(START.date()), version="v"))
+    eraser.join()
+    assert errors == []
+    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert len(report.compacted) == 1
+    assert _settled_holding(settings.data_dir) == []
