@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.compact import SpeedWatermark, live_speed_watermark
+from leaderboard.erasure import erasure_barrier
 from leaderboard.lake import (
     absorbed_with_compactions,
     atomic_write_bytes,
@@ -189,7 +190,15 @@ def _live_waiting(lake: Path, published: Manifest, speed: SpeedWatermark) -> str
 
 def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
                     dry_run: bool = False, say: Say | None = None) -> RetentionReport:
-    """Delete the expired raw-event partitions nothing needs any more; safe to rerun."""
+    """Delete the expired raw-event partitions nothing needs any more; safe to rerun.
+    Not while an erasure rewrites the lake's files (`erasure_barrier`: it waits)."""
+    with erasure_barrier(lake, exclusive=False):
+        return _apply_retention(lake, as_of, retention_days, speed=speed, dry_run=dry_run,
+                                say=say)
+
+
+def _apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
+                     dry_run: bool, say: Say | None) -> RetentionReport:
     say = say or (lambda _message: None)
     cutoff = retention_cutoff(as_of, retention_days)
     report = RetentionReport(as_of, cutoff)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -345,9 +345,9 @@ def test_an_erasure_on_a_redis_cluster_rewrites_every_nodes_files(redis_cluster,
 
 
 def _erasure_waits(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """An Event set when an erasure finds the erasure barrier held and starts to wait for
-    it (the barrier's exclusive flock tried without blocking first): how a test knows an
-    erasure is waiting without timing it."""
+    """An Event set when an erasure (or a job sharing the barrier) finds the erasure
+    barrier held and starts to wait for it (the barrier's flock tried without blocking
+    first): how a test knows it is waiting without timing it."""
     import fcntl
     import threading
     from types import SimpleNamespace
@@ -357,12 +357,11 @@ def _erasure_waits(monkeypatch: pytest.MonkeyPatch) -> Any:
     waiting = threading.Event()
 
     def flock(handle: Any, operation: int) -> None:
-        if operation == fcntl.LOCK_EX:
-            try:
-                fcntl.flock(handle, operation | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                waiting.set()
+        try:
+            fcntl.flock(handle, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            waiting.set()
         fcntl.flock(handle, operation)
 
     monkeypatch.setattr(erasure_module, "fcntl", SimpleNamespace(
@@ -528,3 +527,59 @@ def test_an_erasure_during_a_compaction_waits_for_it(world, monkeypatch):
     assert seen == ["waits"]  # the erasure could not run meanwhile
     assert len(report.compacted) == 1
     assert _settled_holding(settings.data_dir) == []
+
+
+def test_retention_during_an_erasure_waits_for_it(tmp_path, monkeypatch):
+    """Regression (audit of issue 12): retention deleting an expired partition while an
+    erasure was rewriting that partition's files: the erasure died writing its rewritten
+    file into the deleted partition (FileNotFoundError). Retention now waits for
+    the erasure (`erasure_barrier`). Forced interleaving: the erasure, about to write its
+    first rewritten file, starts retention and goes on once retention has finished (the
+    old code) or waits at the barrier. No speed layer here: the lake's part is what
+    matters."""
+    import threading
+
+    import leaderboard.erasure as erasure_module
+    from jobs.compact import SpeedWatermark
+    from jobs.retention import apply_retention
+
+    data = tmp_path / "data"
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
+    land(settings.lake_dir, settings.registry, _with_victim(random_stream(
+        70, start=START, days=4, duplicate_share=0.0), "p003"))
+    for night in range(4):
+        run_batch(settings, START.date() + timedelta(days=night))
+    as_of = START.date() + timedelta(days=3)
+    waiting = _erasure_waits(monkeypatch)
+    done = threading.Event()
+    reports: list[Any] = []
+
+    def retention() -> None:
+        try:
+            reports.append(apply_retention(settings.lake_dir, as_of, 1,
+                                           speed=SpeedWatermark(present=False)))
+        finally:
+            done.set()
+
+    other = threading.Thread(target=retention)
+    first = threading.current_thread()
+    real = erasure_module.atomic_write_parquet
+    seen: list[str] = []
+
+    def start_retention_then_write(table: pa.Table, path: Path, **kwargs: object) -> None:
+        if threading.current_thread() is first and not seen:
+            other.start()
+            while not (done.wait(0.05) or waiting.is_set()):
+                pass
+            seen.append("finished" if done.is_set() else "waits")
+        real(table, path, **kwargs)
+
+    monkeypatch.setattr(erasure_module, "atomic_write_parquet", start_retention_then_write)
+    erase_player(settings, None, VICTIM, settle=0.0)
+    other.join()
+    assert seen == ["waits"]  # retention could not run meanwhile
+    [report] = reports
+    assert report.deleted  # then it deleted the expired partitions, wholly
+    for day_text in report.deleted:
+        assert not (settings.lake_dir / "events" / f"ingest_date={day_text}").exists()
+    assert _settled_holding(data) == []
