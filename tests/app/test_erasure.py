@@ -546,10 +546,10 @@ def test_retention_during_an_erasure_waits_for_it(tmp_path, monkeypatch):
     data = tmp_path / "data"
     settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
     land(settings.lake_dir, settings.registry, _with_victim(random_stream(
-        70, start=START, days=4, duplicate_share=0.0), "p003"))
-    for night in range(4):
+        70, start=START, days=3, duplicate_share=0.0), "p003"))
+    for night in range(3):
         run_batch(settings, START.date() + timedelta(days=night))
-    as_of = START.date() + timedelta(days=3)
+    as_of = START.date() + timedelta(days=2)
     waiting = _erasure_waits(monkeypatch)
     done = threading.Event()
     reports: list[Any] = []
