@@ -81,9 +81,11 @@ def error_response(status: int, code: str, message: str,
 def _rule(error: Mapping[str, Any]) -> str:
     """A validation error in words: a pattern mismatch names the rule, not the regex."""
     from app.http.params import FRIEND_IDS_PATTERN, WINDOW_PATTERN
-    from leaderboard.validation import ID_PATTERN, ID_RULE
+    from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 
     rules = {ID_PATTERN: f"must be {ID_RULE}",
+             MATCH_ID_PATTERN: "must be 1-128 printable characters, not all whitespace (no "
+                               "control, format or line-separator characters)",
              WINDOW_PATTERN: "must be a window kind (daily, weekly, monthly, season, all-time) "
                              "or a window id such as daily:2026-12-01, weekly:2026-W49, "
                              "monthly:2026-12, season:2026-S4",

@@ -569,11 +569,21 @@ def test_a_void_drops_the_result_at_once_and_is_listed(world):
     best = max(rows, key=lambda r: r["points"])
     action = {"match_id": best["match_id"], "player_id": name, "reason": "exploit"}
     assert world.client.post("/v1/admin/voids", json=action).status_code == 401
-    for bad in ({"match_id": best["match_id"]}, {"match_id": "", "reason": "x"},
-                {"match_id": "m", "player_id": "bad id", "reason": "x"}):
+    for bad, says in (({"match_id": best["match_id"]}, "body.reason: Field required"),
+                      ({"match_id": "", "reason": "x"}, "body.match_id: String should have"),
+                      # The rules, not "does not have the documented form" (before the audit
+                      # of issue 12: the admin bodies dropped the pattern from the error).
+                      ({"match_id": "m", "player_id": "bad id", "reason": "x"},
+                       "body.player_id: must be 1-64 chars of [A-Za-z0-9_.:-]"),
+                      ({"match_id": "m\u0001", "reason": "x"},
+                       "body.match_id: must be 1-128 printable characters")):
         answer = world.client.post("/v1/admin/voids", json=bad, headers={"X-Admin-Key": ADMIN})
         assert answer.status_code == 422, bad
         assert answer.json()["error"] == "invalid_request"
+        assert says in answer.json()["message"], answer.json()
+    banned = world.client.post("/v1/admin/bans", json={"player_id": "bad id"},
+                               headers={"X-Admin-Key": ADMIN})
+    assert "must be 1-64 chars" in banned.json()["message"], banned.json()
     voided = world.client.post("/v1/admin/voids", json=action, headers={"X-Admin-Key": ADMIN})
     assert voided.status_code == 200, voided.text
     assert voided.json() == {"match_id": best["match_id"], "player_id": name,

@@ -66,7 +66,9 @@ async def _body(request: Request, model: type[_Model]) -> _Model:
     except ValidationError as exc:
         raise RequestValidationError(
             [{**error, "loc": ("body", *error["loc"])}
-             for error in exc.errors(include_url=False, include_context=False)]) from None
+             # With its context: a pattern mismatch is then named by its rule, not "does
+             # not have the documented form" (app.http.errors._rule).
+             for error in exc.errors(include_url=False)]) from None
 
 
 async def _action(request: Request) -> PlayerAction:
