@@ -20,7 +20,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from jobs.warehouse_links import LinkTree, generation, missing_columns
 from leaderboard.countries import COUNTRIES
 from leaderboard.lake import quarantine_dir
 from leaderboard.manifest import Manifest, read_current, version_files, version_order
@@ -46,13 +49,13 @@ def warehouse_path(data_dir: Path) -> Path:
 #: only what is new (versions and files change only when an erasure rewrites them, keeping
 #: their columns): the lake's path, each manifest read (file stem, version, as_of,
 #: created_at, standings index, the file's signature: a manifest rewritten in place is read
-#: again), the newest version of each day, the standings and histogram files those name,
-#: and which added columns each of those files holds (from its footer).
+#: again; the version it was built from; whether its files are linked, `jobs.warehouse_links`)
+#: and the newest version of each day with its index's link.
 _META_LAKE = "meta_lake"
 _META_VERSIONS = "meta_versions"
 _META_LATEST = "meta_latest_versions"
-_META_COLUMNS = "meta_file_columns"
-_META_FILES = "meta_files"
+_KINDS = (("standings", "path", _STANDINGS_COLUMNS), ("histograms", "histogram",
+                                                      _HISTOGRAM_COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class _Version:
     created_at: str
     index: str  # the standings index, lake-relative
     signature: str  # the manifest file's inode, mtime and size (a rewrite changes it)
-    fresh: bool = False  # read this refresh (not as the previous build knew it)
+    previous: str | None  # the version it was built from (its carried files are that one's)
+    linked: bool = False  # its index and every file it names are linked, as of `signature`
 
 
 def _signature(path: Path) -> str:
@@ -73,7 +77,7 @@ def _signature(path: Path) -> str:
 
 def _attach_previous(con: duckdb.DuckDBPyConnection, target: Path, lake: Path) -> bool:
     """Attach the warehouse being replaced as `old` (read-only) when it was built from this
-    lake by a build that keeps the meta tables; else the refresh reads everything."""
+    lake by a build that keeps these meta tables; else the refresh reads everything."""
     if not target.exists():
         return False
     try:
@@ -82,11 +86,8 @@ def _attach_previous(con: duckdb.DuckDBPyConnection, target: Path, lake: Path) -
         return False
     try:
         built = con.execute(f"SELECT lake FROM old.{_META_LAKE}").fetchall()
-        con.execute(f"SELECT stem, version, as_of, created_at, index_path, signature "
-                    f"FROM old.{_META_VERSIONS} LIMIT 0")
-        con.execute(f"SELECT version FROM old.{_META_LATEST} LIMIT 0")
-        con.execute(f"SELECT kind, path FROM old.{_META_FILES} LIMIT 0")
-        con.execute(f"SELECT kind, path, column_name, present FROM old.{_META_COLUMNS} LIMIT 0")
+        con.execute(f"SELECT stem, version, as_of, created_at, index_path, signature, "
+                    f"previous, linked FROM old.{_META_VERSIONS} LIMIT 0")
     except duckdb.Error:
         built = []
     if built != [(str(lake),)]:
@@ -95,18 +96,17 @@ def _attach_previous(con: duckdb.DuckDBPyConnection, target: Path, lake: Path) -
     return True
 
 
-def _latest_per_day(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
-                    ) -> list[_Version]:
-    """The newest version of each as_of (as `list_versions` orders them: as_of, then
-    created_at), reading only the manifests the previous build had not read. Fills
-    `meta_versions` and `meta_latest_versions`."""
+def _versions(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
+              ) -> tuple[list[_Version], list[_Version]]:
+    """(every version, the newest of each as_of as `list_versions` orders them: as_of, then
+    created_at), reading only the manifests the previous build had not read."""
     known: dict[str, _Version] = {}
     if previous:
         known = {row[0]: _Version(row[0], row[1], row[2], row[3],
-                                  str(Path(row[4]).relative_to(lake)), row[5])
+                                  str(Path(row[4]).relative_to(lake)), row[5], row[6], row[7])
                  for row in con.execute(
-                     f"SELECT stem, version, as_of, created_at, index_path, signature "
-                     f"FROM old.{_META_VERSIONS}").fetchall()}
+                     f"SELECT stem, version, as_of, created_at, index_path, signature, "
+                     f"previous, linked FROM old.{_META_VERSIONS}").fetchall()}
     found = []
     for path in version_files(lake):
         stem = path.name.removesuffix(".json")
@@ -120,71 +120,119 @@ def _latest_per_day(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
         except (OSError, ValueError, TypeError, KeyError):
             continue  # as list_versions: an unreadable manifest is no version
         found.append(_Version(stem, manifest.version, manifest.as_of, manifest.created_at,
-                              index, signature, fresh=True))
+                              index, signature, manifest.previous))
     latest: dict[str, _Version] = {}
     for entry in sorted(found, key=lambda v: version_order(v.as_of, v.created_at)):
         latest[entry.as_of] = entry
-    chosen = [latest[d] for d in sorted(latest)]
+    return found, [latest[d] for d in sorted(latest)]
+
+
+def _link_shown(con: duckdb.DuckDBPyConnection, tree: LinkTree, lake: Path,
+                found: list[_Version], shown: list[_Version], full: bool) -> set[str]:
+    """Link the index and every standings and histogram file of the `shown` versions not
+    linked yet; returns the versions whose files are all linked. A version built from a
+    linked one links only the files its base does not name (the night's own files); a
+    refresh from nothing (`full`) prunes dead links and re-reads every shown file's
+    footer, placing it under the generation of its columns."""
+    by_version = {v.version: v for v in found}
+    done = set() if full else {v.version for v in found if v.linked}
+    if any(not os.path.lexists(tree.index_link(v.version)) for v in shown
+           if v.version in done):
+        full, done = True, set()  # the tree was removed or damaged: rebuild it
+    if full:
+        tree.prune()
+    placed: set[str] = set()
+    for entry in sorted(shown, key=lambda v: version_order(v.as_of, v.created_at)):
+        if entry.version in done:
+            continue
+        columns = ["path", "histogram"]
+        index = pq.read_table(lake / entry.index, columns=columns)
+        base = by_version.get(entry.previous) if entry.previous else None
+        carried = (pq.read_table(lake / base.index, columns=columns)
+                   if not full and base is not None and base.version in done else None)
+        for kind, column, _columns in _KINDS:
+            paths = pc.unique(index.column(column))
+            if carried is not None:  # its base's files are linked
+                paths = paths.filter(pc.invert(pc.is_in(
+                    paths, value_set=pc.unique(carried.column(column)))))
+            names = tree.generation_names()
+            new = [p for p in paths.to_pylist() if p not in placed
+                   and (full or not tree.linked(p, names))]
+            added = tuple(name for name, _sql_type in _ADDED_COLUMNS[kind])
+            lacking = missing_columns(con, [str(lake / p) for p in new], added)
+            for path in new:
+                tree.link_data(generation(lacking[str(lake / path)]), path,
+                               others=names if full else ())
+            placed.update(new)
+        tree.link_index(entry.version, entry.index)
+        done.add(entry.version)
+    return done
+
+
+def _note_versions(con: duckdb.DuckDBPyConnection, tree: LinkTree, lake: Path,
+                   found: list[_Version], chosen: list[_Version], linked: set[str]) -> None:
+    """Fill `meta_versions` and `meta_latest_versions`."""
     for table, rows in ((_META_VERSIONS, found), (_META_LATEST, chosen)):
-        con.register("versions_arrow", pa.table({
+        columns = {
             "stem": [v.stem for v in rows], "version": [v.version for v in rows],
             "as_of": pa.array([v.as_of for v in rows], pa.string()),
             "created_at": [v.created_at for v in rows],
             "index_path": pa.array([str(lake / v.index) for v in rows], pa.string()),
-            "signature": pa.array([v.signature for v in rows], pa.string())}))
+            "signature": pa.array([v.signature for v in rows], pa.string())}
+        if table == _META_VERSIONS:
+            columns["previous"] = pa.array([v.previous for v in rows], pa.string())
+            columns["linked"] = pa.array([v.version in linked for v in rows], pa.bool_())
+        else:
+            columns["link"] = pa.array([str(tree.index_link(v.version)) for v in rows],
+                                       pa.string())
+        con.register("versions_arrow", pa.table(columns))
         con.execute(f"CREATE TABLE {table} AS SELECT * FROM versions_arrow")
         con.unregister("versions_arrow")
-    return chosen
 
 
-def _build_files(con: duckdb.DuckDBPyConnection, lake: Path, name: str, column: str,
-                 versions: list[_Version], previous: bool) -> list[str]:
-    """`<name>_files`: a view of every row of the day's newest versions' standings indexes
-    (read by DuckDB when queried: nothing per version is copied into the warehouse, a size
-    that grew with the square of the history). Returns the distinct data files: the
-    previous build's plus those of the versions it did not have, when every version it had
-    is still a day's newest and unchanged (an erasure rewrites manifests in place); else
-    every index is read."""
-    if not versions:
-        con.execute(f"CREATE VIEW {name}_files AS SELECT NULL::DATE AS as_of, NULL::VARCHAR "
-                    "AS version, NULL::VARCHAR AS board, NULL::VARCHAR AS window_id, "
-                    "NULL::VARCHAR AS path WHERE false")
-        return _noted(con, name, [])
-    indexes = _paths_sql([str(lake / v.index) for v in versions])
-    prefix = (str(lake) + "/").replace("'", "''")
-    con.execute(f"""
-        CREATE VIEW {name}_files AS
-        SELECT v.as_of::DATE AS as_of, v.version, i.board, i.window_id,
-               '{prefix}' || i.{column} AS path
-        FROM read_parquet({indexes}, filename = true, hive_partitioning = false) i
-        JOIN {_META_LATEST} v ON v.index_path = i.filename""")
-    if previous:
-        had = {row[0] for row in con.execute(
-            f"SELECT version FROM old.{_META_LATEST}").fetchall()}
-        if had <= {v.version for v in versions if not v.fresh}:
-            fresh = [v for v in versions if v.version not in had]
-            known = con.execute(f"SELECT path FROM old.{_META_FILES} WHERE kind = ?",
-                                [name]).fetchall()
-            paths = {row[0] for row in known}
-            if fresh:
-                paths.update(row[0] for row in con.execute(
-                    f"SELECT DISTINCT '{prefix}' || {column} FROM read_parquet("
-                    f"{_paths_sql([str(lake / v.index) for v in fresh])})").fetchall())
-            return _noted(con, name, sorted(paths))
-    return _noted(con, name, [row[0] for row in con.execute(
-        f"SELECT DISTINCT path FROM {name}_files ORDER BY path").fetchall()])
-
-
-def _noted(con: duckdb.DuckDBPyConnection, kind: str, paths: list[str]) -> list[str]:
-    """`paths` noted in `meta_files` as the files of `kind` this build names."""
-    con.register("noted_arrow", pa.table({"path": pa.array(paths, pa.string())}))
-    con.execute(f"INSERT INTO {_META_FILES} SELECT ?, path FROM noted_arrow", [kind])
-    con.unregister("noted_arrow")
-    return paths
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _paths_sql(paths: list[str]) -> str:
-    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    return "[" + ", ".join(_quoted(p) for p in paths) + "]"
+
+
+def _files_view(con: duckdb.DuckDBPyConnection, tree: LinkTree, lake: Path, name: str,
+                column: str, chosen: list[_Version]) -> None:
+    """`<name>_files`: every row of the day's newest versions' standings indexes (as_of,
+    version, board, window_id, the data file's path), read through the index links by
+    glob when queried: the SQL is the same whatever the history."""
+    if not chosen:
+        con.execute(f"CREATE VIEW {name}_files AS SELECT NULL::DATE AS as_of, NULL::VARCHAR "
+                    "AS version, NULL::VARCHAR AS board, NULL::VARCHAR AS window_id, "
+                    "NULL::VARCHAR AS path WHERE false")
+        return
+    con.execute(f"""
+        CREATE VIEW {name}_files AS
+        SELECT v.as_of::DATE AS as_of, v.version, i.board, i.window_id,
+               {_quoted(str(lake) + "/")} || i.{column} AS path
+        FROM read_parquet({_quoted(tree.index_glob())}, filename = true,
+                          hive_partitioning = false) i
+        JOIN {_META_LATEST} v ON v.link = i.filename""")
+
+
+def _scan(tree: LinkTree, lake: Path, kind: str, columns: str) -> str | None:
+    """A query of every linked file of `kind`: `columns` (an added column a generation's
+    files lack reads as null), window_id and the lake path; None when none is linked."""
+    branches = []
+    for gen, missing in tree.generations(kind):
+        selected = columns
+        for name, sql_type in _ADDED_COLUMNS[kind]:
+            if name in missing:
+                selected = re.sub(rf"\b{name}\b", f"NULL::{sql_type} AS {name}", selected)
+        folder = str(tree.generation_dir(gen))
+        branches.append(
+            f"SELECT {selected}, window_id, {_quoted(str(lake) + '/')} || "
+            f"substr(filename, {len(folder) + 2}) AS path FROM read_parquet("
+            f"{_quoted(folder + '/' + kind + '/**/*.parquet')}, filename = true, "
+            "hive_partitioning = false)")
+    return " UNION ALL ".join(branches) if branches else None
 
 
 def _boards_table(registry: Registry) -> pa.Table:
@@ -203,79 +251,22 @@ def _boards_table(registry: Registry) -> pa.Table:
     })
 
 
-def _holding(con: duckdb.DuckDBPyConnection, kind: str, paths: list[str],
-             added: tuple[tuple[str, str], ...], previous: bool) -> dict[str, int]:
-    """How many of `paths` hold each added column, from the files' footers; a file the
-    previous build looked at is not opened again. Fills `meta_file_columns`."""
-    con.register("paths_arrow", pa.table({"path": paths}))
-    for column, _sql_type in added:
-        if previous:
-            con.execute(f"""INSERT INTO {_META_COLUMNS} SELECT m.* FROM old.{_META_COLUMNS} m
-                            SEMI JOIN paths_arrow p ON p.path = m.path
-                            WHERE m.kind = ? AND m.column_name = ?""", [kind, column])
-        new = [row[0] for row in con.execute(
-            f"""SELECT path FROM paths_arrow ANTI JOIN (SELECT path FROM {_META_COLUMNS}
-                WHERE kind = ? AND column_name = ?) USING (path) ORDER BY path""",
-            [kind, column]).fetchall()]
-        if new:
-            con.execute(f"""
-                INSERT INTO {_META_COLUMNS}
-                SELECT ?, p.path, ?, h.file_name IS NOT NULL
-                FROM (SELECT unnest(?::VARCHAR[]) AS path) p
-                LEFT JOIN (SELECT DISTINCT file_name FROM parquet_schema({_paths_sql(new)})
-                           WHERE name = ?) h ON h.file_name = p.path""",
-                [kind, column, new, column])
-    con.unregister("paths_arrow")
-    return {column: con.execute(
-        f"SELECT count(*) FROM {_META_COLUMNS} WHERE kind = ? AND column_name = ? AND present",
-        [kind, column]).fetchall()[0][0] for column, _sql_type in added}
-
-
-def _readable(holding: dict[str, int], paths: list[str], columns: str,
-              added: tuple[tuple[str, str], ...]) -> tuple[str, str]:
-    """(select list, union_by_name) reading `columns` from `paths`, some of which may
-    predate the `added` columns (`holding`: how many files hold each): those read as null
-    from such files, or are null constants when no file has them."""
-    by_name = False
-    for column, sql_type in added:
-        if holding[column] == 0:
-            columns = re.sub(rf"\b{column}\b", f"NULL::{sql_type} AS {column}", columns)
-        elif holding[column] < len(paths):
-            by_name = True
-    return columns, "true" if by_name else "false"
-
-
-def _current_view(con: duckdb.DuckDBPyConnection, lake: Path, current: Manifest,
-                  shown: set[str]) -> None:
+def _current_view(con: duckdb.DuckDBPyConnection, tree: LinkTree, lake: Path,
+                  current: Manifest, scan: str | None) -> None:
     """`standings_current`: the rows of the version `current.json` publishes, which serving
-    answers from. Usually its day's newest, so the rows of `standings` for it; but a newer
-    version of the day may be written and not published (a failed check, a rerun with
-    publish=False) or the pointer moved back to an older version of the day, and then it
-    is read from its own index."""
-    version = current.version.replace("'", "''")
-    if current.version in shown:
-        con.execute(f"CREATE VIEW standings_current AS SELECT * FROM standings "
-                    f"WHERE version = '{version}'")
-        return
-    index = str(lake / current.index["standings"]["path"])
-    paths = sorted({str(lake / p) for p in current.standings(lake).column("path").to_pylist()})
-    if not paths:
+    answers from: usually its day's newest, but a newer version of the day may be written
+    and not published (a failed check, a rerun with publish=False), or the pointer moved
+    back to an older version of the day. Read through its own index's link."""
+    if scan is None:
         con.execute("CREATE VIEW standings_current AS SELECT * FROM standings WHERE false")
         return
-    added = _ADDED_COLUMNS["standings"]
-    holding = {column: con.execute(
-        f"SELECT count(DISTINCT file_name) FROM parquet_schema({_paths_sql(paths)}) "
-        "WHERE name = ?", [column]).fetchall()[0][0] for column, _sql_type in added}
-    columns, by_name = _readable(holding, paths, _STANDINGS_COLUMNS, added)
-    prefix = (str(lake) + "/").replace("'", "''")
     con.execute(f"""
         CREATE VIEW standings_current AS
-        SELECT DATE '{current.as_of}' AS as_of, '{version}' AS version, i.board, i.window_id,
-               {columns}
-        FROM read_parquet({_paths_sql(paths)}, filename = true, hive_partitioning = false,
-                          union_by_name = {by_name}) s
-        JOIN read_parquet({_paths_sql([index])}) i
-          ON '{prefix}' || i.path = s.filename AND i.window_id = s.window_id""")
+        SELECT DATE {_quoted(current.as_of)} AS as_of, {_quoted(current.version)} AS version,
+               i.board, i.window_id, {_STANDINGS_COLUMNS}
+        FROM ({scan}) s
+        JOIN read_parquet({_quoted(str(tree.index_link(current.version)))}) i
+          ON {_quoted(str(lake) + "/")} || i.path = s.path AND i.window_id = s.window_id""")
 
 
 def _profile_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
@@ -344,15 +335,20 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     temp.unlink(missing_ok=True)
     current = read_current(lake)
+    tree = LinkTree(data_dir.absolute())
     con = duckdb.connect(str(temp))
     try:
         con.execute("SET TimeZone = 'UTC'")
         previous = _attach_previous(con, target, lake)
-        versions = _latest_per_day(lake, con, previous)
+        found, chosen = _versions(lake, con, previous)
+        shown = list(chosen)
+        live = next((v for v in found if current is not None
+                     and v.version == current.version), None)
+        if live is not None and live not in shown:
+            shown.append(live)
+        linked = _link_shown(con, tree, lake, found, shown, full=not previous)
+        _note_versions(con, tree, lake, found, chosen, linked)
         con.execute(f"CREATE TABLE {_META_LAKE} AS SELECT ? AS lake", [str(lake)])
-        con.execute(f"CREATE TABLE {_META_FILES} (kind VARCHAR, path VARCHAR)")
-        con.execute(f"CREATE TABLE {_META_COLUMNS} (kind VARCHAR, path VARCHAR, "
-                    "column_name VARCHAR, present BOOLEAN)")
         events = sorted(str(p) for p in lake.glob("events/ingest_date=*/part-*.parquet"))
         if events:
             # Files from before the backfill column read it as false; before the board
@@ -368,23 +364,20 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
                         "server_id, NULL::TIMESTAMPTZ AS ingested_at, NULL::BOOLEAN AS backfill, "
                         "NULL::VARCHAR AS board, NULL::DATE AS ingest_date "
                         "WHERE false")
-        for name, column, columns in (("standings", "path", _STANDINGS_COLUMNS),
-                                      ("histograms", "histogram", _HISTOGRAM_COLUMNS)):
-            paths = _build_files(con, lake, name, column, versions, previous)
-            if paths:
-                holding = _holding(con, name, paths, _ADDED_COLUMNS[name], previous)
-                columns, by_name = _readable(holding, paths, columns, _ADDED_COLUMNS[name])
+        scans = {}
+        for name, column, columns in _KINDS:
+            _files_view(con, tree, lake, name, column, chosen)
+            scans[name] = _scan(tree, lake, name, columns) if chosen or live else None
+            if chosen and scans[name] is not None:
                 con.execute(f"""
                     CREATE VIEW {name} AS
                     SELECT f.as_of, f.version, f.board, f.window_id, {columns}
-                    FROM read_parquet({_paths_sql(paths)}, filename = true,
-                                      hive_partitioning = false, union_by_name = {by_name}) s
-                    JOIN {name}_files f ON f.path = s.filename AND f.window_id = s.window_id
-                """)
+                    FROM ({scans[name]}) s
+                    JOIN {name}_files f ON f.path = s.path AND f.window_id = s.window_id""")
             else:
                 con.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_files WHERE false")
         if current is not None:
-            _current_view(con, lake, current, {v.version for v in versions})
+            _current_view(con, tree, lake, current, scans["standings"] if live else None)
             rollups = current.rollups(lake)
             index = pa.table({
                 "path": [str(lake / e["path"]) for e in rollups.values()],

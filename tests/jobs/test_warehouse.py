@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from datetime import date
@@ -261,22 +262,88 @@ def test_the_quarantine_view_names_a_scores_board(tmp_path):
 
 
 def _contents(warehouse: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every table and the standings/histogram views of a warehouse, rows in stored order
-    (tables but the meta ones) or sorted."""
+    """Every table but the meta ones (bookkeeping: e.g. a version linked while it was its
+    day's newest stays marked linked after a rerun, which a build from nothing does not
+    know) and the standings/histogram views of a warehouse, rows in stored order or sorted."""
     con = duckdb.connect(str(warehouse), read_only=True)
     try:
         tables = [r[0] for r in con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE NOT internal").fetchall()]
+            "SELECT table_name FROM duckdb_tables() WHERE NOT internal").fetchall()
+            if not r[0].startswith("meta_")]
         found = {name: con.execute(f"SELECT * FROM {name}").fetchall() for name in tables}
-        for name in tables:
-            if name.startswith("meta_"):  # bookkeeping: its order is no one's concern
-                found[name] = sorted(found[name], key=str)
         for view in ("standings", "histograms", "standings_current", "rollups",
                      "standings_files", "histograms_files"):
             found[view] = sorted(con.execute(f"SELECT * FROM {view}").fetchall(), key=str)
         return found
     finally:
         con.close()
+
+
+_ROW_COLUMNS = {"standings": "player_id, score, sort_key, rank, percentile, matches, reached_at, "
+                             "first_event_at, last_event_at, last_match_id",
+                "histograms": "kind, bucket, lower, upper, players, rank_from, rank_to"}
+
+
+def _explicit(lake: Path, versions: list, kind: str) -> list[tuple[object, ...]]:
+    """The rows of `kind` (standings, histograms) the `versions` publish, as the warehouse
+    read them before its link tree: one statement naming every file of those versions,
+    joined with their index entries (built here from the manifests with pyarrow)."""
+    import pyarrow as pa
+
+    column = "path" if kind == "standings" else "histogram"
+    entries: dict[str, list[object]] = {"as_of": [], "version": [], "board": [],
+                                        "window_id": [], "path": []}
+    for manifest in versions:
+        for entry in manifest.standings(lake).to_pylist():
+            entries["as_of"].append(manifest.as_of_date)
+            entries["version"].append(manifest.version)
+            entries["board"].append(entry["board"])
+            entries["window_id"].append(entry["window_id"])
+            entries["path"].append(str(lake.resolve() / entry[column]))
+    paths = sorted(set(entries["path"]))
+    if not paths:
+        return []
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.register("entries", pa.table(entries))
+        return sorted(con.execute(f"""
+            SELECT f.as_of, f.version, f.board, f.window_id, {_ROW_COLUMNS[kind]}
+            FROM read_parquet(?::VARCHAR[], filename = true, union_by_name = true,
+                              hive_partitioning = false) s
+            JOIN entries f ON f.path = s.filename AND f.window_id = s.window_id""",
+                                  [paths]).fetchall(), key=str)
+    finally:
+        con.close()
+
+
+def _shown(data: Path) -> dict[str, list[tuple[object, ...]]]:
+    con = duckdb.connect(str(data / "warehouse.duckdb"), read_only=True)
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        return {view: sorted(con.execute(
+            f"SELECT as_of, version, board, window_id, {_ROW_COLUMNS[kind]} FROM {view}"
+        ).fetchall(), key=str) for view, kind in (("standings", "standings"),
+                                                  ("histograms", "histograms"),
+                                                  ("standings_current", "standings"))}
+    finally:
+        con.close()
+
+
+def _assert_shows_the_lake(data: Path) -> dict[str, list[tuple[object, ...]]]:
+    """The warehouse's standings, histograms and standings_current equal the explicit
+    statement over each day's newest version and over the published one."""
+    from leaderboard.manifest import list_versions
+
+    lake = data / "lake"
+    newest = {m.as_of: m for m in list_versions(lake)}
+    days = [newest[d] for d in sorted(newest)]
+    shown = _shown(data)
+    assert shown["standings"] == _explicit(lake, days, "standings")
+    assert shown["histograms"] == _explicit(lake, days, "histograms")
+    assert shown["standings_current"] == _explicit(lake, [read_current(lake)], "standings")
+    assert all(shown.values())
+    return shown
 
 
 def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
@@ -287,7 +354,15 @@ def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
     refresh now reads only the manifests and footers the warehouse it replaces had not seen
     (the indexes are read by a view when queried); the result is the warehouse a refresh
     from nothing builds, a version set aside is dropped, and a warehouse built from another
-    lake is not reused, nor what an erasure rewrote."""
+    lake is not reused, nor what an erasure rewrote.
+
+    Then the `standings` and `histograms` views named every file of the history in their
+    SQL, parsed and bound at every refresh; they now read the warehouse's link tree by
+    glob. Their rows (and standings_current's) are those of the old statement naming every
+    file, through the nights, a set-aside version, a day's version replaced by a rerun (the
+    live version not its day's newest then), retention, an erasure (the id gone from every
+    view), a build from nothing, a data dir moved, a batch writing its files in place in
+    the lake, and the link tree lost."""
     from jobs.release import set_aside
     from leaderboard.manifest import Manifest
 
@@ -315,6 +390,7 @@ def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
     live = read_current(data / "lake")
     assert set(read) == {live.version}  # the night's manifest only
     incremental = _contents(data / "warehouse.duckdb")
+    _assert_shows_the_lake(data)
     (data / "warehouse.duckdb").unlink()
     read.clear()
     refresh_warehouse(data, registry)
@@ -328,9 +404,30 @@ def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
     refresh_warehouse(data, registry)
     rerun = _contents(data / "warehouse.duckdb")
     assert rerun != incremental
+    _assert_shows_the_lake(data)
     (data / "warehouse.duckdb").unlink()
     refresh_warehouse(data, registry)
     assert _contents(data / "warehouse.duckdb") == rerun
+
+    # Retention deletes raw events (the events view follows), standings stay.
+    from jobs.compact import SpeedWatermark
+    from jobs.retention import apply_retention
+
+    def events() -> int:
+        con = duckdb.connect(str(data / "warehouse.duckdb"), read_only=True)
+        try:
+            return int(con.execute("SELECT count(*) FROM events").fetchall()[0][0])
+        finally:
+            con.close()
+
+    landed = events()
+    report = apply_retention(data / "lake", date(2026, 11, 29), 1,
+                             speed=SpeedWatermark(present=False))
+    assert report.deleted, report
+    refresh_warehouse(data, registry)
+    assert 0 < events() < landed
+    assert _contents(data / "warehouse.duckdb") == rerun
+    _assert_shows_the_lake(data)
 
     # An erasure rewrites versions in place (the same ids): a refresh sees the rewrite.
     from datetime import UTC, datetime
@@ -342,9 +439,25 @@ def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
     refresh_warehouse(data, registry)
     erased = _contents(data / "warehouse.duckdb")
     assert player not in {row[4] for row in erased["standings"]}
+    shown = _assert_shows_the_lake(data)
+    con = duckdb.connect(str(data / "warehouse.duckdb"), read_only=True)
+    try:
+        for view in ("standings", "standings_current", "rollups", "events"):
+            assert con.execute(f"SELECT count(*) FROM {view} WHERE player_id = ?",
+                               [player]).fetchall() == [(0,)], view
+    finally:
+        con.close()
     (data / "warehouse.duckdb").unlink()
     refresh_warehouse(data, registry)
     assert _contents(data / "warehouse.duckdb") == erased
+    # A batch writing its files in place (or killed meanwhile): the views never read them.
+    running = next((data / "lake" / "standings").glob("as_of=*/board=global/window=*"))
+    (running / "part-running.parquet").write_bytes(b"PAR1 half written")
+    refresh_warehouse(data, registry)
+    assert _assert_shows_the_lake(data) == shown
+    shutil.rmtree(data / "warehouse.files")  # the link tree lost: rebuilt
+    refresh_warehouse(data, registry)
+    assert _assert_shows_the_lake(data) == shown
 
     # A data dir moved elsewhere: its warehouse names the old paths, so nothing is reused.
     moved = tmp_path / "moved"
@@ -354,6 +467,7 @@ def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
     assert len(set(read)) == 4  # every manifest, the rerun's too
     assert all(str(moved) in row[4] for row in _contents(moved / "warehouse.duckdb")[
         "standings_files"])
+    assert _assert_shows_the_lake(moved) == shown
 
 
 def _version_rows(lake: Path, manifest) -> list[tuple[object, ...]]:
