@@ -2,7 +2,9 @@
 
 Views: `events` (the landing zone), `rollups` (the live version's rollups), `standings` (every
 as_of's latest version: as_of, version, board, window_id, then the standings columns),
-`standings_current`, `histograms`, `boards`, `players` (each player's latest profile: display
+`standings_current` (the published version's), `histograms` (these three read the lake's
+files by glob through `<data>/warehouse.files/`, `jobs.warehouse_links`, so their SQL does
+not grow with the history), `boards`, `players` (each player's latest profile: display
 name, country and its name, avatar), `profile_history` (every profile write) and
 `quarantine` (every rejected or held row with its reason, landing day, writer, file seq and
 row in its file; read by glob, so rows quarantined after the refresh show too). The file
