@@ -32,6 +32,7 @@ from leaderboard.manifest import Manifest, read_current, swap_current, write_ver
 from leaderboard.settings import Settings
 from leaderboard.speed_keys import StateLost
 from leaderboard.timeutil import format_instant
+from serving.profiles import ProfileCache
 from speed_layer.service import SpeedLayer
 
 __all__ = ["erase_player"]
@@ -78,6 +79,8 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
         if state is None:
             speed.rebuild(now)
             state = speed.current()
+        # The serving cache's profile and every name of the player in the search index.
+        ProfileCache(speed.client, lake).forget(player)
         # Other versions' keys go only once every server reads the live pointer (this
         # erasure's rebase or rebuild, or a nightly rebase a moment ago).
         deleted = speed.erase(player, keep=state.tag, settle=lambda: sleep(settle))

@@ -136,22 +136,20 @@ class ProfileCache:
                 for value in map(_decode, self._fetch(players))]
 
     def forget(self, player: str) -> bool:
-        """Remove a player's profile from the cache and its name from the index (an erasure;
-        erase the lake's log first, `leaderboard.profiles.erase_profiles`, so no reload
-        brings it back). Whether the cache held one. A reload that read the log before the
-        erasure and writes after this call would put it back: run erasures while no reload
-        runs (a reload runs only after Redis lost the hash)."""
-        raw = self.client.hget(PROFILES_KEY, player)
-        if raw is None:
-            return False
-        value = raw if isinstance(raw, bytes) else raw.encode()
-        parts = value.split(b"\n")
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hdel(PROFILES_KEY, player)
-        if len(parts) == 3:
-            pipe.zrem(NAMES_KEY, parts[1] + b"\0" + player.encode())
-        pipe.execute()
-        return True
+        """Remove a player's profile from the cache and every name of theirs from the index
+        (an erasure; erase the lake's log first, `leaderboard.profiles.erase_profiles`, so no
+        reload brings it back). Whether the cache held one. The index is swept for the
+        player's members whatever the hash says (it may have lost the profile, or a rename
+        raced): one ZSCAN of the index, which an erasure can afford. A reload that read the
+        log before the erasure and writes after this call would put it back: run erasures
+        while no reload runs (a reload runs only after Redis lost the hash)."""
+        held = self.client.hdel(PROFILES_KEY, player) > 0
+        suffix = b"\0" + player.encode()  # an id holds no glob character ([A-Za-z0-9_.:-])
+        mine = [m for m, _ in self.client.zscan_iter(NAMES_KEY, match=b"*" + suffix,
+                                                     count=1000) if m.endswith(suffix)]
+        for start in range(0, len(mine), _CHUNK):
+            self.client.zrem(NAMES_KEY, *mine[start:start + _CHUNK])
+        return held
 
     def find(self, text: str, limit: int = 10) -> list[dict[str, Any]]:
         """Players whose display name starts with `text` (compared by `search_key`), by
@@ -175,3 +173,4 @@ class ProfileCache:
         updated_at), or None."""
         value = _decode(self._fetch([player])[0])
         return None if value is None else {"player_id": player, **value}
+

@@ -583,3 +583,30 @@ def test_retention_during_an_erasure_waits_for_it(tmp_path, monkeypatch):
     for day_text in report.deleted:
         assert not (settings.lake_dir / "events" / f"ingest_date={day_text}").exists()
     assert _settled_holding(data) == []
+
+
+def test_the_name_search_index_forgets_an_erased_player(world):
+    """Regression (audit of issue 12): the erasure deleted the player's cached profile but
+    not their entry in the console's name index (`{lb:profiles}:names`, members
+    `<name>\\0<id>`): the id stayed in Redis, and in its AOF, where the base RDB's LZF
+    compression hid it from a byte search. Every name of the player leaves the index;
+    other players' names stay."""
+    from serving.profiles import NAMES_KEY, ProfileCache
+
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(71, start=START, days=1,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    cache = ProfileCache(client, lake)
+    at = day("2026-11-30T10:00:00")
+    stored = [write_profile(lake, parse_profile(player, {"display_name": name}), at, "t")
+              for player, name in ((VICTIM, "Victim One"), ("p004", "Four"))]
+    cache.store(stored)
+    assert any(VICTIM.encode() in m for m in client.zrange(NAMES_KEY, 0, -1))
+
+    erase_player(settings, speed, VICTIM, settle=0.0)
+
+    assert _redis_holding(client) == []
+    assert client.zrange(NAMES_KEY, 0, -1) == [b"four\0p004"]
+    assert [p["player_id"] for p in cache.find("four")] == ["p004"]
+    assert cache.find("victim") == []
