@@ -382,11 +382,20 @@ def _cmd_speed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_erased(settings: Settings, player: str) -> None:
+    from app.erasure import erased_problem
+
+    problem = erased_problem(settings.lake_dir, player)
+    if problem is not None:
+        raise UsageError(problem)
+
+
 def _cmd_ban(args: argparse.Namespace) -> int:
     _player(args.player)
     if len(getattr(args, "reason", None) or "") > 500:  # as POST /v1/admin/bans
         raise UsageError(f"--reason is {len(args.reason):,} characters; use at most 500")
     settings = _settings(args)
+    _not_erased(settings, args.player)
     speed = _require_speed(settings)
     if args.command == "ban":
         count = speed.ban(args.player, settings.now(), args.reason or "")
@@ -429,6 +438,7 @@ def _cmd_void(args: argparse.Namespace) -> int:
         raise UsageError("match_id must be 1-128 printable characters, not all whitespace")
     if args.player is not None:
         _player(args.player)
+        _not_erased(settings, args.player)
     speed = _require_speed(settings)
     applied = speed.void_applied(args.match, args.player, settings.now(), args.reason)
     players, limit = applied.players, applied.limit

@@ -35,7 +35,19 @@ from leaderboard.timeutil import format_instant
 from serving.profiles import ProfileCache
 from speed_layer.service import SpeedLayer
 
-__all__ = ["erase_player"]
+__all__ = ["erase_player", "erased_problem"]
+
+
+def erased_problem(lake: Path, player: str) -> str | None:
+    """Why an operator action naming `player` (a ban, an unban, a void of their result) is
+    refused, or None: an erased id never comes back into the lake, which the action's record
+    would do (the ledger keeps only its salted hash)."""
+    from leaderboard.erasure import ErasureLedger
+
+    if not ErasureLedger.load(lake).erased(player):
+        return None
+    return (f"player {player}'s data was erased (right to erasure): nothing is recorded "
+            "under the id any more; there is nothing of it to ban, unban or void")
 
 
 def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, settle: float,

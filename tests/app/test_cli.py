@@ -227,6 +227,16 @@ def test_erase_removes_a_player_and_refuses_the_id_after(served, tmp_path, capsy
     code, report = run_json(capsys, "ingest", str(again))
     assert report["total"]["reasons"] == {"erased": 1}
     assert all(r["player_id"] != "alice" for r in landed_rows(served, "quarantine"))
+    # A ban, unban or void naming the erased id is refused: its record would bring the id
+    # back into the lake (the audit of issue 12 found them written as asked).
+    for argv in (["ban", "alice"], ["unban", "alice"],
+                 ["void", "h0", "--player", "alice", "--reason", "late"]):
+        assert main(argv) == 2, argv
+        assert "was erased" in capsys.readouterr().err
+    assert not (served / "lake" / "bans").exists() or all(
+        "alice" not in pq.read_table(p).column("player_id").to_pylist()
+        for p in (served / "lake" / "bans").glob("*.parquet"))
+    assert not list((served / "lake" / "voids").glob("*.parquet"))
 
 
 def test_reads_print_tables_for_people(served, capsys):

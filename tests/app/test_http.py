@@ -623,6 +623,18 @@ def test_erasing_a_player_over_http(world):
                                       "region": "eu", "mode": "ranked"}]})
     assert again.status_code == 422, again.text
     assert "erased" in again.text
+    # Nor may an operator action bring the id back into the lake as its record (the audit
+    # of issue 12 found a ban, an unban and a void of an erased id written as asked).
+    for path, body in (("/v1/admin/bans", {"player_id": name}),
+                       ("/v1/admin/unbans", {"player_id": name}),
+                       ("/v1/admin/voids", {"match_id": "m1", "player_id": name,
+                                            "reason": "late"})):
+        refused = world.client.post(path, json=body, headers={"X-Admin-Key": ADMIN})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"] == "erased"
+    for kind in ("bans", "voids"):
+        for path in (world.lake / kind).glob("*.parquet"):
+            assert name not in pq.read_table(path).column("player_id").to_pylist()
 
 
 def test_a_405_lists_every_method_of_the_path(reader):

@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field, ValidationError
 
 from app.http.auth import ADMIN_BEARER, ADMIN_KEY, check_admin, token_of
-from app.http.errors import documented
+from app.http.errors import ApiError, documented
 from app.http.service import ERASURE_SETTLE, Service, ServiceDep
 from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 from leaderboard.voids import read_voids
@@ -24,7 +24,8 @@ __all__ = ["PlayerAction", "VoidAction", "router"]
 
 _AUTH_RESPONSES = documented(401, 403, 422, 503, s401="no admin key",
                              s403="a wrong admin key, or none is configured",
-                             s422="the body is not a valid action")
+                             s422="the body is not a valid action; `erased`: the player's "
+                                  "data was erased, nothing is recorded under the id")
 
 
 class PlayerAction(BaseModel):
@@ -88,8 +89,17 @@ _BODY = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": PlayerAction.model_json_schema()}}}}
 
 
+def _not_erased(service: Service, player: str | None) -> None:
+    from app.erasure import erased_problem
+
+    problem = None if player is None else erased_problem(service.settings.lake_dir, player)
+    if problem is not None:
+        raise ApiError(422, "erased", problem)
+
+
 @router.post("/v1/admin/bans", summary="Ban a player from every board", openapi_extra=_BODY)
 def ban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
+    _not_erased(service, action.player_id)
     count = service.speed.ban(action.player_id, service.settings.now(), action.reason)
     service.cache.clear()
     return {"player_id": action.player_id, "status": "banned", "board_windows": count}
@@ -97,6 +107,7 @@ def ban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
 
 @router.post("/v1/admin/unbans", summary="Unban a player, restoring scores", openapi_extra=_BODY)
 def unban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
+    _not_erased(service, action.player_id)
     count = service.speed.unban(action.player_id, service.settings.now())
     service.cache.clear()
     return {"player_id": action.player_id, "status": "unbanned", "board_windows": count}
@@ -113,6 +124,7 @@ def void(service: AdminDep, action: VoidDep) -> dict[str, Any]:
     the results on event dates whose raw events it deleted, which neither the live boards
     nor any batch can remove (`results`, `line`, a `message` to show), or `unseen` when no
     raw event of the void is left in the lake at all."""
+    _not_erased(service, action.player_id)
     applied = service.speed.void_applied(action.match_id, action.player_id,
                                          service.settings.now(), action.reason)
     service.cache.clear()
