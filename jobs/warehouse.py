@@ -99,9 +99,12 @@ def _attach_previous(con: duckdb.DuckDBPyConnection, target: Path, lake: Path) -
 
 
 def _versions(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
-              ) -> tuple[list[_Version], list[_Version]]:
+              ) -> tuple[list[_Version], list[_Version], bool]:
     """(every version, the newest of each as_of as `list_versions` orders them: as_of, then
-    created_at), reading only the manifests the previous build had not read."""
+    created_at, whether files the previous build knew are gone), reading only the
+    manifests the previous build had not read. Files are gone when a version it knew is
+    no more and its index neither (the lake deleted under the warehouse, as `demo --fresh`
+    does); a version set aside keeps its files."""
     known: dict[str, _Version] = {}
     if previous:
         known = {row[0]: _Version(row[0], row[1], row[2], row[3],
@@ -126,7 +129,9 @@ def _versions(lake: Path, con: duckdb.DuckDBPyConnection, previous: bool
     latest: dict[str, _Version] = {}
     for entry in sorted(found, key=lambda v: version_order(v.as_of, v.created_at)):
         latest[entry.as_of] = entry
-    return found, [latest[d] for d in sorted(latest)]
+    stems = {v.stem for v in found}
+    gone = any(not (lake / v.index).exists() for stem, v in known.items() if stem not in stems)
+    return found, [latest[d] for d in sorted(latest)], gone
 
 
 def _link_shown(con: duckdb.DuckDBPyConnection, tree: LinkTree, lake: Path,
@@ -134,8 +139,8 @@ def _link_shown(con: duckdb.DuckDBPyConnection, tree: LinkTree, lake: Path,
     """Link the index and every standings and histogram file of the `shown` versions not
     linked yet; returns the versions whose files are all linked. A version built from a
     linked one links only the files its base does not name (the night's own files); a
-    refresh from nothing (`full`) prunes dead links and re-reads every shown file's
-    footer, placing it under the generation of its columns."""
+    refresh from nothing or after files went (`full`) prunes dead links and re-reads every
+    shown file's footer, placing it under the generation of its columns."""
     by_version = {v.version: v for v in found}
     done = set() if full else {v.version for v in found if v.linked}
     if any(not os.path.lexists(tree.index_link(v.version)) for v in shown
@@ -342,13 +347,13 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
     try:
         con.execute("SET TimeZone = 'UTC'")
         previous = _attach_previous(con, target, lake)
-        found, chosen = _versions(lake, con, previous)
+        found, chosen, gone = _versions(lake, con, previous)
         shown = list(chosen)
         live = next((v for v in found if current is not None
                      and v.version == current.version), None)
         if live is not None and live not in shown:
             shown.append(live)
-        linked = _link_shown(con, tree, lake, found, shown, full=not previous)
+        linked = _link_shown(con, tree, lake, found, shown, full=gone or not previous)
         _note_versions(con, tree, lake, found, chosen, linked)
         con.execute(f"CREATE TABLE {_META_LAKE} AS SELECT ? AS lake", [str(lake)])
         events = sorted(str(p) for p in lake.glob("events/ingest_date=*/part-*.parquet"))

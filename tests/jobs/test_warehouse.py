@@ -542,3 +542,28 @@ def test_standings_current_is_the_published_version_even_when_not_its_days_newes
     (data / "warehouse.duckdb").unlink()  # and so from nothing
     refresh_warehouse(data, registry)
     assert _current_rows(data) == expected
+
+
+def test_a_lake_replaced_under_a_kept_warehouse_leaves_no_dead_link(tmp_path):
+    """`leaderboard demo --fresh` deletes the lake and keeps the warehouse file and its link
+    tree: the links to the old lake's files dangle, and a query whose glob opens one fails
+    (DuckDB skips the files a view's join rules out, so today's views got by; a plain scan
+    would not). A version the previous build knew whose index is gone makes the refresh
+    prune dead links (a version set aside keeps its files, and no pruning)."""
+    data = tmp_path / "data"
+    registry = load_registry()
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
+    land(data / "lake", registry, random_stream(41, start=day("2026-11-27"), days=1,
+                                                matches=20))
+    run_batch(settings, date(2026, 11, 27))
+    refresh_warehouse(data, registry)
+    shutil.rmtree(data / "lake")
+    land(data / "lake", registry, random_stream(42, start=day("2026-11-28"), days=1,
+                                                matches=20))
+    run_batch(settings, date(2026, 11, 28))
+    refresh_warehouse(data, registry)
+    shown = _assert_shows_the_lake(data)
+    assert {row[0] for row in shown["standings"]} == {date(2026, 11, 28)}
+    links = [p for p in (data / "warehouse.files").rglob("*") if p.is_symlink()]
+    assert links
+    assert all(p.exists() for p in links)  # no dead link (a query's glob would meet it)
