@@ -219,7 +219,8 @@ class PlayerRate:
                                           rows.column(name).to_pylist()], pa.string())
             else:
                 columns[name] = pc.cast(rows.column(name), pa.string()).combine_chunks()
-        details = [f"player {player} landed {totals[player]} events in the minute from "
+        # `sent`: the minute's count holds the held events too, which never landed.
+        details = [f"player {player} sent {totals[player]} events in the minute from "
                    f"{format_instant(start)} (limits.player_events_per_minute = "
                    f"{self.per_minute}): held for review; `leaderboard quarantine release` "
                    "lands it if it is genuine"

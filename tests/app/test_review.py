@@ -36,6 +36,9 @@ def test_list_and_release(data, capsys):
     [row] = page["rows"]
     assert (row["match_id"], row["reason"], row["released"]) == ("m2", "implausible_rate",
                                                                  False)
+    # Counted, not landed: the held event never landed (it said "landed 2 events" before
+    # the audit of issue 12).
+    assert row["detail"].startswith("player zoe sent 2 events in the minute from "), row
     assert main(["quarantine", "list"]) == 0
     table = capsys.readouterr().out
     assert row["id"] in table
