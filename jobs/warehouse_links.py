@@ -140,19 +140,25 @@ class LinkTree:
                 pass  # a concurrent refresh made it
         except FileExistsError:
             pass
-        if os.readlink(link) == target:
-            return
+        try:
+            if os.readlink(link) == target:
+                return
+        except OSError:
+            pass  # a file, not a link: the data dir was copied with its links followed
         temp = os.path.join(os.path.dirname(link), f".{uuid.uuid4().hex[:8]}.tmp")
         os.symlink(target, temp)
         os.replace(temp, link)  # atomic: a reader's glob sees the old link or the new one
 
     def prune(self) -> int:
-        """Remove links whose file is gone (and stray temp links); returns how many."""
+        """Remove links whose file is gone, stray temp links, and anything not a link (a
+        data dir copied with its links followed holds copies, which an erasure would not
+        rewrite); returns how many."""
         removed = 0
         for folder, _dirs, files in os.walk(self.root):
             for name in files:
                 path = os.path.join(folder, name)
-                if name.endswith(".tmp") or not os.path.exists(path):
+                if (name.endswith(".tmp") or not os.path.islink(path)
+                        or not os.path.exists(path)):
                     with contextlib.suppress(FileNotFoundError):  # a concurrent refresh's
                         os.unlink(path)
                         removed += 1

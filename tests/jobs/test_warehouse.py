@@ -544,7 +544,7 @@ def test_standings_current_is_the_published_version_even_when_not_its_days_newes
     assert _current_rows(data) == expected
 
 
-def test_a_lake_replaced_under_a_kept_warehouse_leaves_no_dead_link(tmp_path):
+def test_a_lake_replaced_or_copied_leaves_the_link_tree_right(tmp_path):
     """`leaderboard demo --fresh` deletes the lake and keeps the warehouse file and its link
     tree: the links to the old lake's files dangle, and a query whose glob opens one fails
     (DuckDB skips the files a view's join rules out, so today's views got by; a plain scan
@@ -567,3 +567,13 @@ def test_a_lake_replaced_under_a_kept_warehouse_leaves_no_dead_link(tmp_path):
     links = [p for p in (data / "warehouse.files").rglob("*") if p.is_symlink()]
     assert links
     assert all(p.exists() for p in links)  # no dead link (a query's glob would meet it)
+    # A data dir copied with its links followed (shutil.copytree's default): the copy's
+    # link tree holds files, which an erasure would not rewrite; its refresh (from
+    # nothing: another lake path) makes them links again (it failed reading them as links).
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    refresh_warehouse(copy, registry)
+    assert _assert_shows_the_lake(copy) == shown
+    held = [p for p in (copy / "warehouse.files").rglob("*") if not p.is_dir()]
+    assert held
+    assert all(p.is_symlink() for p in held)
