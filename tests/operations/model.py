@@ -29,6 +29,11 @@ Exceptions docs/design.md allows, stated here and nowhere else:
   held or voided), bans and voids are gone from every version and the live answers, the
   others re-ranked exactly as if the player had never played; a later event of the id is
   refused (reason `erased`).
+- *Sums at the key's limit* (README, "Limits"): a `sum` board's score is the exact total of
+  its counted points clamped once to [-L, L], L the board's key limit (`BoardSpec.limit`;
+  with `shared` ties every key is an integer below 2^53, so L = 2^53 - 1), whatever the
+  signs and order of the points. A landed row of the model may stand for many rows
+  (`Event.rows`: a whale's burst of identical scores), counted `rows` times.
 - *Implausible rates* (README, "Implausible rates (per player)"): with
   `limits.player_events_per_minute = N`, a player's events past N in one landing minute
   (fixed minutes of the landing clock, shared by every writer) are held in the quarantine
@@ -58,6 +63,8 @@ class BoardSpec:
     ties: str  # shared | earliest
     grace: timedelta
     windows: tuple[str, ...]
+    #: a sum's key limit L (its score is the exact total clamped once to [-L, L])
+    limit: int | None = None
 
     def applies(self, event: Event) -> bool:
         if self.scope.startswith("board:") or event.board is not None:
@@ -82,6 +89,9 @@ class Event:
     order: int = 0
     #: the direct board a score was submitted to (None: a match event)
     board: str | None = None
+    #: how many landed rows this one stands for (a whale's burst: `rows` scores of `points`,
+    #: under match ids `<match_id>.<i>`; never retried, re-delivered or voided by the test)
+    rows: int = 1
 
     @property
     def identity(self) -> tuple[str, str, str]:
@@ -220,7 +230,10 @@ class Model:
             if player in banned:
                 continue
             if board.aggregation == "sum":
-                score, reached = sum(e.points for e in events), max(e.event_time for e in events)
+                score = sum(e.points * e.rows for e in events)
+                if board.limit is not None:
+                    score = max(-board.limit, min(board.limit, score))
+                reached = max(e.event_time for e in events)
             elif board.aggregation == "max":
                 best = max(e.points for e in events)
                 score = best

@@ -90,17 +90,28 @@ REGISTRY_RAW: dict[str, Any] = {
         {"scope": "global", "name": "best", "aggregation": "max", "ties": "earliest"},
         {"scope": "mode:ranked", "name": "latest", "aggregation": "last",
          "windows": ["all-time"]},
-        # A direct board (issue 12 part 2): fed only by submitted deltas.
-        {"name": "coins", "source": "direct", "windows": ["all-time"]},
+        # A direct board (issue 12 part 2): fed only by submitted deltas. Its deltas take
+        # both signs up to the largest the registry allows (65,536 of them reach the key's
+        # limit), so a whale's burst takes a total past the limit (`whale_past_the_limit`).
+        {"name": "coins", "source": "direct", "windows": ["all-time"],
+         "min_points": -(2**37), "max_points": 2**37},
     ],
 }
+#: README "Limits": with `shared` ties every key is an integer below 2^53, and a `sum` score
+#: is the exact total clamped once to [-L, L], L = 2^53 - 1; a board of both signs must leave
+#: room for 65,536 events at its largest |points|: 2^53 / 2^16 = 2^37 is the largest legal.
+KEY_LIMIT = 2**53 - 1
+WHALE_POINTS = 2**37
+WHALE_ROWS = 65_536  # one burst at WHALE_POINTS: a total of 2^53 = L + 1, clamped
 BOARDS = (
-    BoardSpec("global", "global", "sum", "shared", timedelta(hours=6), ("daily", "all-time")),
+    BoardSpec("global", "global", "sum", "shared", timedelta(hours=6), ("daily", "all-time"),
+              KEY_LIMIT),
     BoardSpec("region:na", "region:na", "sum", "shared", timedelta(hours=6),
-              ("daily", "all-time")),
+              ("daily", "all-time"), KEY_LIMIT),
     BoardSpec("best", "global", "max", "earliest", timedelta(hours=6), ("daily", "all-time")),
     BoardSpec("latest", "mode:ranked", "last", "shared", timedelta(hours=6), ("all-time",)),
-    BoardSpec("coins", "board:coins", "sum", "shared", timedelta(hours=6), ("all-time",)),
+    BoardSpec("coins", "board:coins", "sum", "shared", timedelta(hours=6), ("all-time",),
+              KEY_LIMIT),
 )
 #: The per-player limit (events a landing minute) of the writers `c` and `d` (their registry
 #: sets it, as workers' would): the burst rule lands through them; `a` and `b` have none, so
@@ -134,6 +145,8 @@ LEAST_AT_CI_SIZE: dict[str, tuple[int, tuple[str, ...]]] = {
     "burst_over_the_players_minute": (50, ()),
     "retry_a_held_row": (5, ()),
     "retention_deleted": (15, ("nights-pass",)),
+    "whale_past_the_limit": (5, ()),
+    "coins_total_past_the_limit": (2, ()),
     "nights_pass": (20, ("nights-pass",)),
     "checks": (1000, ()),
 }
@@ -191,6 +204,7 @@ class OperationsMachine(RuleBasedStateMachine):
         self.now = START
         self.model = Model(BOARDS)
         self.matches = 0
+        self.whales = 0
         self.steps = 0
         #: when each row held for rate was held (the model's `held`)
         self.held_at: dict[tuple[str, str, str | None], datetime] = {}
@@ -250,6 +264,8 @@ class OperationsMachine(RuleBasedStateMachine):
                                          event.ingested_at)
         found = []
         for event in self.model.first_accepted().values():
+            if event.rows > 1:  # a whale's burst: the test never sends it again
+                continue
             age = self.now - latest[event.identity]
             if newer_than is not None and age >= newer_than:
                 continue
@@ -285,7 +301,8 @@ class OperationsMachine(RuleBasedStateMachine):
         assert (report.accepted, report.retries) == (0, 1), report.as_dict()
 
     @rule(writer=st.sampled_from(["a", "b"]),
-          deltas=st.lists(st.tuples(st.sampled_from(PLAYERS), st.sampled_from([0, 3, -2, 20])),
+          deltas=st.lists(st.tuples(st.sampled_from(PLAYERS), st.sampled_from(
+              [0, 3, -2, 20, WHALE_POINTS, -WHALE_POINTS])),
                           min_size=1, max_size=3, unique_by=lambda d: d[0]),
           age_minutes=st.sampled_from([0, 90, 8 * 60]))
     def submit_scores(self, writer: str, deltas: list[tuple[str, int]],
@@ -304,10 +321,67 @@ class OperationsMachine(RuleBasedStateMachine):
                 and player not in self.model.erased]
         if not rows:
             return
+        self._count_over_a_limit_base([str(row["player_id"]) for row in rows])
         report = self._ingest(writer, rows)
         assert (report.accepted, report.retries, report.rejected) == (len(rows), 0, 0), \
             report.as_dict()
         self._landed(rows)
+
+    @rule(writer=st.sampled_from(["a", "b"]), data=st.data(), sign=st.sampled_from([1, -1]),
+          burst=st.integers(0, 19))
+    def whale_past_the_limit(self, writer: str, data: st.DataObject, sign: int,
+                             burst: int) -> None:
+        """A player's WHALE_ROWS `coins` deltas of the largest |points| the registry allows,
+        in one batch: the exact total passes the key's limit (or comes back from past it),
+        and every answer is the exact total clamped once (README, "Limits"), live, over a
+        base at the limit once a batch absorbed it (the fold then reads the exact base total:
+        `BaseKeys`), and after a rebuild. A burst takes ~2 s, so it is drawn for `burst` 0
+        only; else one such delta lands (cheap), for a player whose total is past the limit
+        if there is one (the way back from it). The burst's rows have match ids
+        `w<n>.<i>`, no other row's; the model keeps it as one row standing for all
+        (`Event.rows`), never retried or voided."""
+        players = [p for p in PLAYERS if p not in self.model.erased]
+        past = [p for p in players if abs(self._coins_total(p)) > KEY_LIMIT]
+        player = data.draw(st.sampled_from(past if burst and past else players))
+        if burst:
+            STATS["whale_single_delta"] += 1
+            self.matches += 1
+            row = {"match_id": f"m{self.matches}", "player_id": player,
+                   "points": sign * WHALE_POINTS, "board": "coins", "event_time": self.now}
+            self._count_over_a_limit_base([player])
+            report = self._ingest(writer, [row])
+            assert (report.accepted, report.rejected) == (1, 0), report.as_dict()
+            self._landed([row])
+            return
+        STATS["whale_past_the_limit"] += 1
+        self.whales += 1
+        rows = [{"match_id": f"w{self.whales}.{i}", "player_id": player,
+                 "points": sign * WHALE_POINTS, "board": "coins", "event_time": self.now}
+                for i in range(WHALE_ROWS)]
+        self._count_over_a_limit_base([player])
+        report = self._ingest(writer, rows)
+        assert (report.accepted, report.retries, report.rejected) == (WHALE_ROWS, 0, 0), \
+            report.as_dict()
+        assert report.fold_error is None
+        self.model.land(Event(f"w{self.whales}.*", player, sign * WHALE_POINTS, self.now, "",
+                              "", self.now, order=len(self.model.landed), board="coins",
+                              rows=WHALE_ROWS))
+        if abs(self._coins_total(player)) > KEY_LIMIT:
+            STATS["coins_total_past_the_limit"] += 1
+
+    def _coins_total(self, player: str, before: datetime | None = None) -> int:
+        """The player's exact `coins` total in the model (of rows landed before `before`)."""
+        return sum(e.points * e.rows for e in self.model.first_accepted().values()
+                   if e.board == "coins" and e.player_id == player
+                   and (before is None or e.ingested_at < before)
+                   and not self.model.voided(e))
+
+    def _count_over_a_limit_base(self, players: list[str]) -> None:
+        """STATS: a delta is about to land over a live base whose total is past the limit."""
+        watermark = self.model.watermark
+        if watermark is not None and any(abs(self._coins_total(p, watermark)) > KEY_LIMIT
+                                         for p in players):
+            STATS["coins_delta_over_a_base_past_the_limit"] += 1
 
     @precondition(lambda self: "door-race" not in KNOWN_DEFECTS)
     @rule(matches=operations_events(PLAYERS))
@@ -464,7 +538,7 @@ class OperationsMachine(RuleBasedStateMachine):
         (a void may come before its events; the next match when no landed one may be
         voided)."""
         STATS["void"] += 1
-        candidates = self._voidable(whole)
+        candidates = [e for e in self._voidable(whole) if e.rows == 1]  # no whale's burst
         ahead = ahead or not candidates
         event = data.draw(st.sampled_from(candidates or self.model.landed))
         match = f"m{self.matches + 1}" if ahead else event.match_id
