@@ -688,8 +688,10 @@ def limit_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
 def rate_deliveries(draw: st.DrawFn) -> dict[str, Any]:
     """Batches delivered by two writers over three landing minutes, for the per-player rate
     limit: a few players, a small pool of match ids (so retries, in-batch repeats and
-    resends of held events happen), and a limit of 1-3 events a minute.
-    {"limit": n, "deliveries": [(writer, minute, second, [(match_id, player_id, points)])]}"""
+    resends of held events happen), and a limit of 1-3 events a minute. `fail`: None, or
+    the landing (one file per row) fails at its events file `fail` + 1, after `fail` landed.
+    {"limit": n, "deliveries": [(writer, minute, second, [(match_id, player_id, points)],
+    fail)]}"""
     players = ["p0", "p1", "p2"]
     deliveries = []
     for _ in range(draw(st.integers(1, 6))):
@@ -697,7 +699,8 @@ def rate_deliveries(draw: st.DrawFn) -> dict[str, Any]:
                                        st.sampled_from(players), st.integers(0, 9)),
                              min_size=1, max_size=6))
         deliveries.append((draw(st.sampled_from(["a", "b"])), draw(st.integers(0, 2)),
-                           draw(st.integers(0, 59)), rows))
+                           draw(st.integers(0, 59)), rows,
+                           draw(st.one_of(st.none(), st.integers(0, 3)))))
     deliveries.sort(key=lambda d: (d[1], d[2]))  # the landing clock only moves forward
     return {"limit": draw(st.integers(1, 3)), "deliveries": deliveries}
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from contextlib import suppress
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -277,33 +278,63 @@ RATE_EXAMPLES = int(os.environ.get("RATE_EXAMPLES", "15"))
 @given(case=rate_deliveries())
 @settings(max_examples=RATE_EXAMPLES)
 def test_held_and_landed_match_a_model_of_the_rule(case, redis_server, tmp_path_factory):
-    """Any deliveries, by two writers over three minutes, with retries and repeats: the
-    landing zone and the quarantine hold exactly what a model of the rule (door first,
-    then each player's first `limit` new events of each landing minute, in order) says,
-    and the merged board counts exactly the landed events."""
+    """Any deliveries, by two writers over three minutes, with retries and repeats, some of
+    whose landings fail part-way (one file per row, the disk full after `fail` files): the
+    landing zone and the quarantine hold exactly what a model of the rule (door first, then
+    each player's first `limit` new events of each landing minute, in order; the rows of a
+    failed landing that did not land are forgotten, by the door and by the minute) says,
+    so no player lands more than the limit in a minute and none is held while the minute
+    has room; and the merged board counts exactly the landed events."""
     import redis as redis_module
+
+    from leaderboard import lake as lake_module
 
     client = redis_module.Redis.from_url(redis_server.url, protocol=2)
     client.flushall()
     settings_ = _settings(tmp_path_factory.mktemp("model"), limit=case["limit"])
+    lake = settings_.lake_dir
     speed = SpeedLayer(client, settings_.registry, settings_.lake_dir)
     seen: set[tuple[str, str]] = set()
     per_minute: Counter[tuple[str, int]] = Counter()
     landed: list[tuple[str, str, int]] = []
     held: list[tuple[str, str]] = []
-    for writer, minute, second, rows in case["deliveries"]:
+    real = lake_module.atomic_write_parquet
+    for writer, minute, second, rows, fail in case["deliveries"]:
         at = NOW.replace(second=0) + timedelta(minutes=minute, seconds=second)
-        _ingest(settings_, speed, rows, at, writer)
+        written: list[Path] = []
+
+        def disk_full(part, target, fail=fail, written=written, **kwargs):  # type: ignore[no-untyped-def]
+            if "events" in target.parts and fail is not None:
+                if len(written) == fail:
+                    raise OSError(28, "No space left on device")
+                written.append(target)
+            return real(part, target, **kwargs)
+
+        before = {(r["match_id"], r["player_id"]) for r in _rows(lake, "events")}
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(lake_module, "BACKFILL_FILE_ROWS", 1)
+            patch.setattr(lake_module, "atomic_write_parquet", disk_full)
+            with suppress(OSError):  # the model below says what a failed landing left
+                _ingest(settings_, speed, rows, at, writer)
+        now_landed = {(r["match_id"], r["player_id"]) for r in _rows(lake, "events")} - before
+        kept: list[tuple[str, str, int]] = []
         for match, player, points in rows:  # the model
             if (match, player) in seen:
                 continue
             seen.add((match, player))
             per_minute[(player, minute)] += 1
             if per_minute[(player, minute)] <= case["limit"]:
-                landed.append((match, player, points))
+                kept.append((match, player, points))
             else:
                 held.append((match, player))
-    lake = settings_.lake_dir
+        if fail is not None and len(kept) > fail:  # which `fail` landed: the lake says
+            assert len(now_landed) == fail
+            for match, player, _ in kept:
+                if (match, player) not in now_landed:
+                    seen.discard((match, player))
+                    per_minute[(player, minute)] -= 1
+            kept = [k for k in kept if (k[0], k[1]) in now_landed]
+        landed += kept
     assert sorted((r["match_id"], r["player_id"], r["points"]) for r in _rows(lake, "events")
                   ) == sorted(landed)
     quarantined = _rows(lake, "quarantine")
