@@ -281,8 +281,9 @@ def test_held_and_landed_match_a_model_of_the_rule(case, redis_server, tmp_path_
     """Any deliveries, by two writers over three minutes, with retries and repeats, some of
     whose landings fail part-way (one file per row, the disk full after `fail` files): the
     landing zone and the quarantine hold exactly what a model of the rule (door first, then
-    each player's first `limit` new events of each landing minute, in order; the rows of a
-    failed landing that did not land are forgotten, by the door and by the minute) says,
+    a player's new event counts iff fewer than `limit` count in its landing minute, in
+    order; the rows of a failed landing that did not land are forgotten, by the door and by
+    the minute, and a held row takes no room) says,
     so no player lands more than the limit in a minute and none is held while the minute
     has room; and the merged board counts exactly the landed events."""
     import redis as redis_module
@@ -322,8 +323,8 @@ def test_held_and_landed_match_a_model_of_the_rule(case, redis_server, tmp_path_
             if (match, player) in seen:
                 continue
             seen.add((match, player))
-            per_minute[(player, minute)] += 1
-            if per_minute[(player, minute)] <= case["limit"]:
+            if per_minute[(player, minute)] < case["limit"]:  # the minute counts kept rows
+                per_minute[(player, minute)] += 1
                 kept.append((match, player, points))
             else:
                 held.append((match, player))
