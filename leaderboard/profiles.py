@@ -31,17 +31,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from leaderboard.countries import COUNTRIES, country_problem
-from leaderboard.erasure import ErasureLedger
+from leaderboard.erasure import ErasureLedger, erasure_barrier
 from leaderboard.lake import atomic_write_parquet, fsync_dir
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import format_instant, to_utc
 
 __all__ = ["AVATAR_URL_MAX", "COUNTRY_CODES", "DISPLAY_NAME_MAX", "DISPLAY_NAME_RAW_MAX",
            "PROFILES_KEY", "PROFILE_SCHEMA", "Profile", "ProfileError", "check_not_erased",
-           "compact_log",
-           "erase_profiles",
-           "history_of", "latest_profiles", "parse_profile", "profiles_dir", "read_log",
-           "write_profile", "write_profiles"]
+           "compact_log", "history_of", "latest_profiles", "parse_profile", "profiles_dir",
+           "read_log", "write_profile", "write_profiles"]
 
 #: The serving cache: a Redis hash player_id -> `<order>\n<profile JSON>` (serving.profiles).
 PROFILES_KEY = "lb:profiles"
@@ -271,9 +269,9 @@ def history_of(lake: Path, player_id: str) -> list[Profile]:
 
 @contextmanager
 def _rewriting(lake: Path) -> Iterator[Path]:
-    """Hold the log's rewrite lock (compaction and erasure, one at a time: a compaction that
-    read a file an erasure then rewrote would put the erased rows back). Appending a write
-    needs no lock: it is a new file."""
+    """Hold the log's rewrite lock (two compactions, one at a time: each would fold the
+    same files). An erasure is kept out by the erasure barrier instead, which a compaction
+    holds shared (`compact_log`). Appending a write needs no lock: it is a new file."""
     folder = profiles_dir(lake)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".rewrite.lock", "a+b") as handle:
@@ -284,40 +282,17 @@ def _rewriting(lake: Path) -> Iterator[Path]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def erase_profiles(lake: Path, player_id: str) -> int:
-    """Remove every write of one player's profile from the log (a GDPR erasure): each file
-    holding one is rewritten without it (temp + fsync + rename over it), or deleted when
-    nothing else is in it. Returns how many rows went. The serving cache is the caller's
-    (`serving.profiles.ProfileCache.forget`)."""
-    import pyarrow.compute as pc
-
-    removed = 0
-    with _rewriting(lake) as folder:
-        for path in sorted(folder.glob("*.parquet")):
-            table = pq.read_table(path, schema=PROFILE_SCHEMA)
-            mine = pc.equal(table.column("player_id"), player_id)
-            count = pc.sum(pc.cast(mine, pa.int64())).as_py() or 0
-            if not count:
-                continue
-            removed += count
-            kept = table.filter(pc.invert(mine))
-            if kept.num_rows:
-                atomic_write_parquet(kept, path)
-            else:
-                path.unlink()
-                fsync_dir(folder)
-    return removed
-
-
 def compact_log(lake: Path, *, min_files: int = 2) -> int:
     """Fold the log's files into one (every row kept: the history stays); returns how many
     files it replaced (0 when there were fewer than `min_files`). The new file is durable
     before any original is deleted, and readers drop the rows that are in both meanwhile, so
     every state in between reads the same log. A write landing during the compaction is a
-    new file the listing did not take: it stays as it is."""
+    new file the listing did not take: it stays as it is. It holds the erasure barrier
+    shared: an erasure (which rewrites these files without the erased player) between its
+    read and its write would see its folded file put the erased rows back."""
     if len(list(profiles_dir(lake).glob("*.parquet"))) < min_files:
         return 0
-    with _rewriting(lake) as folder:
+    with erasure_barrier(lake, exclusive=False), _rewriting(lake) as folder:
         files = sorted(folder.glob("*.parquet"))
         if len(files) < min_files:
             return 0

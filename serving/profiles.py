@@ -137,8 +137,8 @@ class ProfileCache:
 
     def forget(self, player: str) -> bool:
         """Remove a player's profile from the cache and every name of theirs from the index
-        (an erasure; erase the lake's log first, `leaderboard.profiles.erase_profiles`, so no
-        reload brings it back). Whether the cache held one. The index is swept for the
+        (an erasure; erase the lake's log first, `jobs.erase.erase_from_lake`, so no reload
+        brings it back). Whether the cache held one. The index is swept for the
         player's members whatever the hash says (it may have lost the profile, or a rename
         raced): one ZSCAN of the index, which an erasure can afford. A reload that read the
         log before the erasure and writes after this call would put it back: run erasures

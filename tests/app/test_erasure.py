@@ -610,3 +610,57 @@ def test_the_name_search_index_forgets_an_erased_player(world):
     assert client.zrange(NAMES_KEY, 0, -1) == [b"four\0p004"]
     assert [p["player_id"] for p in cache.find("four")] == ["p004"]
     assert cache.find("victim") == []
+
+
+def test_an_erasure_during_a_profile_log_compaction_waits_for_it(world, monkeypatch):
+    """Regression (review s8, finding 1): the nightly profile-log compaction
+    (`compact_log`) held only the log's own rewrite lock, which the erasure never took: an
+    erasure between its read of the log and its write of the folded file ran to the end,
+    then the folded file put the erased player's profile (and the other players'
+    un-redacted names) back into lake/profiles for good. The compaction now holds the
+    erasure barrier shared. Forced interleaving: with the log read, not yet written, the
+    compaction starts the erasure and goes on once it has finished (the old code) or waits
+    at the barrier."""
+    import threading
+
+    import leaderboard.profiles as profiles_module
+    from leaderboard.profiles import compact_log, history_of, profiles_dir
+
+    settings, _registry, _client, speed = world
+    lake = settings.lake_dir
+    at = day("2026-11-30T10:00:00")
+    write_profile(lake, parse_profile(VICTIM, {"display_name": "Victim"}), at, "t")
+    write_profile(lake, parse_profile("p005", {"display_name": f"fan of {VICTIM}"}), at, "t")
+    waiting = _erasure_waits(monkeypatch)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def erase() -> None:
+        try:
+            erase_player(settings, speed, VICTIM, settle=0.0)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    eraser = threading.Thread(target=erase)
+    real = profiles_module._unique
+    seen: list[str] = []
+
+    def erase_meanwhile(tables: list[pa.Table]) -> pa.Table:
+        folded = real(tables)
+        if not seen:
+            eraser.start()
+            while not (done.wait(0.05) or waiting.is_set()):
+                pass
+            seen.append("finished" if done.is_set() else "waits")
+        return folded
+
+    monkeypatch.setattr(profiles_module, "_unique", erase_meanwhile)
+    assert compact_log(lake) == 2
+    eraser.join()
+    assert errors == []
+    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert len(list(profiles_dir(lake).glob("*.parquet"))) == 1  # the folded file
+    assert history_of(lake, VICTIM) == []
+    assert _settled_holding(settings.data_dir) == []

@@ -158,18 +158,3 @@ def test_a_read_racing_a_compaction_reads_the_whole_log(lake, monkeypatch):
     monkeypatch.setattr(profiles.pq, "read_table", read_after_a_compaction)
     assert read_log(lake).equals(before)
     assert raced
-
-
-def test_an_erasure_leaves_no_row_of_the_player_in_the_log(lake):
-    from leaderboard.profiles import erase_profiles
-
-    write_profile(lake, Profile("gone", "Gone Player"), AT, "s")
-    write_profile(lake, Profile("kept", "Kept"), AT, "s")
-    compact_log(lake)  # a file holding both players
-    write_profile(lake, Profile("gone", "Gone Again", "KR"), AT + timedelta(seconds=1), "s")
-    assert erase_profiles(lake, "gone") == 2
-    assert set(latest_profiles(lake)) == {"kept"}
-    for path in profiles_dir(lake).iterdir():
-        assert b"gone" not in path.read_bytes().lower(), path  # no byte of the id left
-        assert b"Gone" not in path.read_bytes(), path
-    assert erase_profiles(lake, "gone") == 0

@@ -135,9 +135,9 @@ def test_names_are_found_by_prefix_and_a_rename_moves_the_entry(world, redis_cli
 
 
 def test_forget_removes_the_profile_and_its_name(world, redis_client):
-    from leaderboard.profiles import erase_profiles
+    from jobs.erase import erase_from_lake
 
-    erase_profiles(world.lake, "ann")
+    erase_from_lake(world.lake, world.registry, "ann", at=NOW)
     assert world.profiles.forget("ann")
     assert world.profiles.get("ann") is None
     assert world.profiles.find("ann") == []
