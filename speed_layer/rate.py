@@ -52,6 +52,19 @@ _TTL = 120
 _HELD_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("ingested_at"))
 
 
+#: A minute counted by the release before '+' (a rolling deploy, or a minute in progress at
+#: the upgrade: its keys live 2 minutes) has '#' only: its identities within the limit are
+#: then at most min('#', limit), seeded so, never fewer (read as 0, the minute would admit a
+#: whole limit more).
+_SEED_WITHIN = """
+local function seed_within(limit)
+  if not redis.call('HGET', KEYS[1], '+') then
+    local counted = tonumber(redis.call('HGET', KEYS[1], '#') or '0')
+    redis.call('HSET', KEYS[1], '+', math.min(counted, limit))
+  end
+end
+"""
+
 #: KEYS: a player's minute (`rate_key`). ARGV: seconds to keep it, the limit, then the
 #: identities of the batch's rows of that player in batch order (each holds a newline, so
 #: none is '#' or '+', the fields that count the identities numbered and those of them
@@ -61,14 +74,15 @@ _HELD_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("inges
 #: counted let a held one take the room of a kept one given back. Returns the identities
 #: numbered in the minute, then per row its number and 1 if this call gave it (0: counted
 #: before, by an earlier attempt, which decided alike).
-RATE_SCRIPT = """
+RATE_SCRIPT = _SEED_WITHIN + """
 local out = {0}
 local limit = tonumber(ARGV[2])
+seed_within(limit)
 for i = 3, #ARGV do
   local n, new = redis.call('HGET', KEYS[1], ARGV[i]), 0
   if not n then
     n = redis.call('HINCRBY', KEYS[1], '#', 1)
-    if tonumber(redis.call('HGET', KEYS[1], '+') or '0') < limit then
+    if tonumber(redis.call('HGET', KEYS[1], '+')) < limit then
       n = redis.call('HINCRBY', KEYS[1], '+', 1)
     end
     redis.call('HSET', KEYS[1], ARGV[i], n)
@@ -86,8 +100,10 @@ return out
 #: land. Their numbers go, and the counts with them (a minute already expired stays gone:
 #: nothing is created); one HDEL each (a request may carry 10,000 rows of one player, past
 #: what Lua's unpack takes).
-GIVE_BACK_SCRIPT = """
+GIVE_BACK_SCRIPT = _SEED_WITHIN + """
 local limit, removed, within = tonumber(ARGV[1]), 0, 0
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+seed_within(limit)
 for i = 2, #ARGV do
   local n = redis.call('HGET', KEYS[1], ARGV[i])
   if n then

@@ -28,6 +28,7 @@ from leaderboard.schema import TIMESTAMP
 from leaderboard.settings import Settings
 from serving.service import Leaderboards
 from speed_layer.ingest import Ingestor, IngestReport
+from speed_layer.rate import rate_key
 from speed_layer.service import SpeedLayer
 
 pytestmark = pytest.mark.redis
@@ -419,3 +420,20 @@ def test_after_a_give_back_a_new_event_is_held_only_when_the_minute_is_full(
                     NOW + timedelta(seconds=2), writer="v")
     assert (after.accepted, after.rejected) == (2, 1)
     assert _minute_rows(settings.lake_dir, "hal") == (["y0", "z0", "z1"], ["y1", "z2"])
+
+
+def test_a_minute_counted_by_the_previous_release_keeps_its_limit(tmp_path, redis_client):
+    """Review s8: a minute numbered by the release before the within-limit count ('#' and
+    the identities only: an upgrade in the minute, or a rolling deploy) read that count as
+    0 and admitted a whole limit more. Its identities within the limit are seeded as
+    min('#', limit): full here, so the next event is held."""
+    settings = _settings(tmp_path, limit=3)
+    speed = SpeedLayer(redis_client, settings.registry, settings.lake_dir)
+    first = _ingest(settings, speed, [(f"m{n}", "ivy", 1) for n in range(3)])
+    assert (first.accepted, first.rejected) == (3, 0)
+    (key,) = redis_client.keys("lb:rate:*")
+    redis_client.hdel(key, "+")  # as the previous release left it
+    assert key.decode() == rate_key("ivy", int(NOW.timestamp()) // 60)
+    later = _ingest(settings, speed, [("m3", "ivy", 1)], NOW + timedelta(seconds=5), "v")
+    assert (later.accepted, later.rejected) == (0, 1)
+    assert later.reasons == {"implausible_rate": 1}
