@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 from jobs.erase import erase_from_lake
 from jobs.sweep import hold_run
 from jobs.warehouse import refresh_warehouse, warehouse_path
-from leaderboard.erasure import erasure_barrier
+from leaderboard.erasure import REDACTED, erasure_barrier
 from leaderboard.manifest import Manifest, read_current, swap_current, write_version
+from leaderboard.profiles import latest_profiles
 from leaderboard.settings import Settings
 from leaderboard.speed_keys import StateLost
 from leaderboard.timeutil import format_instant
@@ -91,8 +92,13 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
         if state is None:
             speed.rebuild(now)
             state = speed.current()
-        # The serving cache's profile and every name of the player in the search index.
-        ProfileCache(speed.client, lake).forget(player)
+        # The serving cache's profile and every name of the player in the search index; then
+        # the other players' names the lake pass redacted (their cached copy and index
+        # member still held the id, and the AOF rewrite below would write it out again).
+        cache = ProfileCache(speed.client, lake)
+        cache.forget(player)
+        cache.store([p for p in latest_profiles(lake).values() if REDACTED in p.display_name],
+                    same_order=True)
         # Other versions' keys go only once every server reads the live pointer (this
         # erasure's rebase or rebuild, or a nightly rebase a moment ago).
         deleted = speed.erase(player, keep=state.tag, settle=lambda: sleep(settle))

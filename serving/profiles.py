@@ -61,6 +61,9 @@ for i = 1, #ARGV, 4 do
 end
 return written
 """
+#: The same, but a value also replaces one of the same order: an erasure redacted that
+#: write in place (`ProfileCache.store(..., same_order=True)`).
+SET_SAME_OR_NEWER_SCRIPT = SET_NEWER_SCRIPT.replace("< ARGV[i + 1]", "<= ARGV[i + 1]")
 
 
 def search_key(name: str) -> str:
@@ -92,21 +95,25 @@ class ProfileCache:
         self.client = client
         self.lake = Path(lake)
         self._set_newer = registered_script(client, SET_NEWER_SCRIPT)
+        self._set_same_or_newer = registered_script(client, SET_SAME_OR_NEWER_SCRIPT)
 
-    def store(self, profiles: Iterable[Profile]) -> int:
+    def store(self, profiles: Iterable[Profile], *, same_order: bool = False) -> int:
         """Put profiles in the cache, each only if newer than the one there (one script
         call per _CHUNK profiles: plain calls, not a pipeline, so they run alike on a Redis
-        Cluster, whose pipelines refuse EVALSHA); returns how many were written."""
+        Cluster, whose pipelines refuse EVALSHA); returns how many were written.
+        `same_order`: also replace a value of the same order (a write an erasure redacted in
+        the lake: its cached copy, and its name in the index, still held the id)."""
+        script = self._set_same_or_newer if same_order else self._set_newer
         written = 0
         batch: list[str] = []
         for profile in profiles:
             batch += [profile.player_id, profile.order, search_key(profile.display_name),
                       _encode(profile)]
             if len(batch) >= 4 * _CHUNK:
-                written += int(self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch))
+                written += int(script(keys=[PROFILES_KEY, NAMES_KEY], args=batch))
                 batch = []
         if batch:
-            written += int(self._set_newer(keys=[PROFILES_KEY, NAMES_KEY], args=batch))
+            written += int(script(keys=[PROFILES_KEY, NAMES_KEY], args=batch))
         return written
 
     def reload(self, now: datetime | None = None) -> int:

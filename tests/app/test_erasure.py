@@ -48,22 +48,23 @@ def _with_victim(events: list[dict], stand_in: str) -> list[dict]:
 
 
 def _holding(data: Path) -> list[str]:
-    """Every file under the data dir holding the id: as bytes anywhere, or (Parquet, whose
-    pages may be compressed) in any value of any column."""
-    needle = VICTIM.encode()
+    """Every file under the data dir holding the id, in any case (the name index holds it
+    lowercased): as bytes anywhere, or (Parquet, whose pages may be compressed) in any
+    value of any column."""
+    needle = VICTIM.lower().encode()
     found = []
     for path in sorted(p for p in data.rglob("*") if p.is_file()):
         try:
-            payload = path.read_bytes()
+            payload = path.read_bytes().lower()
         except FileNotFoundError:
             continue  # removed meanwhile (Redis unlinks replaced AOF files in the background)
-        if needle in payload or VICTIM in str(path):
+        if needle in payload or VICTIM.lower() in str(path).lower():
             found.append(str(path.relative_to(data)))
         elif path.suffix == ".parquet" and path.stat().st_size:
             table = pq.read_table(path)
             for column in table.itercolumns():
                 if pa.types.is_string(column.type) and pc.any(pc.fill_null(
-                        pc.match_substring(column, VICTIM), False)).as_py():
+                        pc.match_substring(column, VICTIM, ignore_case=True), False)).as_py():
                     found.append(f"{path.relative_to(data)} (column values)")
                     break
     return found
@@ -83,8 +84,8 @@ def _settled_holding(data: Path, rounds: int = 100) -> list[str]:
 
 
 def _redis_holding(client: redis.Redis) -> list[str]:
-    """Every key whose name, members, fields or values hold the id."""
-    needle = VICTIM.encode()
+    """Every key whose name, members, fields or values hold the id, in any case."""
+    needle = VICTIM.lower().encode()
     found = []
     for key in client.scan_iter(count=1000):
         kind = client.type(key).decode()
@@ -98,7 +99,7 @@ def _redis_holding(client: redis.Redis) -> list[str]:
             values += list(client.smembers(key))
         elif kind == "zset":
             values += [m for m, _ in client.zrange(key, 0, -1, withscores=True)]
-        if any(needle in v for v in values):
+        if any(needle in v.lower() for v in values):
             found.append(key.decode())
     return found
 
@@ -288,25 +289,34 @@ def test_an_operators_free_text_naming_the_player_is_redacted(world):
     match's void and another player's display name are free text, and named the erased id
     ("smurf of <id>"): those rows stayed as written, so the id stayed in the lake. They
     keep their place (the ban and the void still hold, the name is still set) with the id,
-    as a token, replaced by `[erased]`."""
+    as a token, replaced by `[erased]`. Regression (review s8, finding 2): the name was
+    redacted in the lake only; the serving cache (`{lb:profiles}` and its name index,
+    lowercased) kept it, and the AOF rewrite wrote it out again. The byte checks are
+    case-insensitive now, so the index's lowercased copy counts."""
     from leaderboard.bans import read_tombstones
     from leaderboard.erasure import REDACTED
     from leaderboard.profiles import history_of
     from leaderboard.voids import read_voids
+    from serving.profiles import ProfileCache
 
-    settings, registry, _client, speed = world
+    settings, registry, client, speed = world
     lake = settings.lake_dir
     land(lake, registry, _with_victim(random_stream(65, start=START, days=1,
                                                     duplicate_share=0.0), "p003"), speed=speed)
     at = day("2026-11-30T10:00:00")
     write_tombstone(lake, "p004", "ban", at, reason=f"smurf of {VICTIM},{VICTIM}")
     speed.void("m-other", None, at, f"{VICTIM} used an aimbot")
-    write_profile(lake, parse_profile("p005", {"display_name": f"fan of {VICTIM}"}), at, "t")
+    cache = ProfileCache(client, lake)
+    cache.store([write_profile(lake, parse_profile("p005", {"display_name": f"fan of {VICTIM}"}),
+                               at, "t")])  # as `profile set` and PUT do
     assert _holding(settings.data_dir)
 
     erase_player(settings, speed, VICTIM, settle=0.0)
 
+    assert _redis_holding(client) == []
     assert _settled_holding(settings.data_dir) == []
+    assert cache.get("p005")["display_name"] == f"fan of {REDACTED}"
+    assert [p["player_id"] for p in cache.find(f"fan of {REDACTED}")] == ["p005"]
     [ban] = [t for t in read_tombstones(lake).to_pylist() if t["player_id"] == "p004"]
     assert (ban["action"], ban["reason"]) == ("ban", f"smurf of {REDACTED},{REDACTED}")
     [void] = [v for v in read_voids(lake) if v.match_id == "m-other"]
