@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from jobs.erase import erase_from_lake
 from jobs.sweep import hold_run
 from jobs.warehouse import refresh_warehouse, warehouse_path
+from jobs.warehouse_links import links_dir
 from leaderboard.erasure import REDACTED, erasure_barrier
 from leaderboard.manifest import Manifest, read_current, swap_current, write_version
 from leaderboard.profiles import latest_profiles
@@ -105,8 +106,11 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
         result["redis"] = {"keys_deleted": deleted, "rewritten": speed.rewrite_persistence()}
         say(f"Redis: {deleted} key(s) deleted, files rewritten: "
             f"{', '.join(result['redis']['rewritten']) or 'none kept'}")
-    if found and warehouse_path(settings.data_dir).exists():
-        refresh_warehouse(settings.data_dir, settings.registry)
+    if found and (warehouse_path(settings.data_dir).exists()
+                  or links_dir(settings.data_dir).exists()):
+        # The link tree relinked whole: a copy of a lake file in it (a data dir restored
+        # from a copy with its links followed) would keep the id.
+        refresh_warehouse(settings.data_dir, settings.registry, relink=True)
         result["warehouse"] = True
         say("warehouse rebuilt")
     return result

@@ -143,9 +143,8 @@ def _link_shown(con: duckdb.DuckDBPyConnection, tree: LinkTree, lake: Path,
     shown file's footer, placing it under the generation of its columns."""
     by_version = {v.version: v for v in found}
     done = set() if full else {v.version for v in found if v.linked}
-    if any(not os.path.lexists(tree.index_link(v.version)) for v in shown
-           if v.version in done):
-        full, done = True, set()  # the tree was removed or damaged: rebuild it
+    if not full and tree.damaged(v.version for v in shown if v.version in done):
+        full, done = True, set()  # the tree was removed, damaged or copied: rebuild it
     if full:
         tree.prune()
     placed: set[str] = set()
@@ -335,8 +334,11 @@ def _quarantine_view(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
                     "WHERE false")
 
 
-def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
-    """Rebuild the warehouse views for the lake's current state; returns its path."""
+def refresh_warehouse(data_dir: Path, registry: Registry, *, relink: bool = False) -> Path:
+    """Rebuild the warehouse views for the lake's current state; returns its path.
+    `relink`: rebuild the link tree whole (prune, then link every shown file again), as a
+    refresh from nothing does: an erasure asks for it, so no copy of a lake file it
+    rewrote can stay in the tree (`LinkTree.damaged` samples the tree only)."""
     lake = (data_dir / "lake").resolve()
     target = warehouse_path(data_dir)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -353,7 +355,8 @@ def refresh_warehouse(data_dir: Path, registry: Registry) -> Path:
                      and v.version == current.version), None)
         if live is not None and live not in shown:
             shown.append(live)
-        linked = _link_shown(con, tree, lake, found, shown, full=gone or not previous)
+        linked = _link_shown(con, tree, lake, found, shown,
+                             full=gone or not previous or relink)
         _note_versions(con, tree, lake, found, chosen, linked)
         con.execute(f"CREATE TABLE {_META_LAKE} AS SELECT ? AS lake", [str(lake)])
         events = sorted(str(p) for p in lake.glob("events/ingest_date=*/part-*.parquet"))

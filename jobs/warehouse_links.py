@@ -60,12 +60,13 @@ def _missing(name: str) -> tuple[str, ...] | None:
     return None
 
 
-def _any_parquet(folder: Path) -> bool:
-    """Whether `folder` holds a `*.parquet` entry at any depth (stops at the first)."""
-    for _root, _dirs, files in os.walk(folder):
-        if any(name.endswith(".parquet") for name in files):
-            return True
-    return False
+def _first_parquet(folder: Path) -> str | None:
+    """A `*.parquet` entry of `folder` at any depth (the first met), or None."""
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            if name.endswith(".parquet"):
+                return os.path.join(root, name)
+    return None
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class LinkTree:
         found = []
         for name in sorted(os.listdir(folder)):
             missing = _missing(name)
-            if missing is not None and _any_parquet(folder / name / kind):
+            if missing is not None and _first_parquet(folder / name / kind) is not None:
                 found.append((name, missing))
         return found
 
@@ -104,10 +105,28 @@ class LinkTree:
         folder = self.root / "data"
         return sorted(os.listdir(folder)) if folder.is_dir() else []
 
+    def damaged(self, versions: Iterable[str]) -> bool:
+        """Whether an incremental refresh may not trust the tree: an index link of
+        `versions` is missing, or the tree holds a file where a link belongs. A data dir
+        copied with its links followed (`cp -rL`, `rsync -L`, `tar -h`, shutil.copytree)
+        and restored to the same path keeps its warehouse's lake path, so its refresh is
+        incremental; it would keep reading the copies, which an erasure (or any rewrite of
+        a lake file in place) leaves as they were. Such a copy turns every link into a
+        file, so a cheap look finds it: those index links and the first data entry of each
+        generation (an erasure relinks every entry: `refresh_warehouse(relink=True)`)."""
+        if any(not os.path.islink(self.index_link(v)) for v in versions):
+            return True
+        for name in self.generation_names():
+            first = _first_parquet(self.generation_dir(name))
+            if first is not None and not os.path.islink(first):
+                return True
+        return False
+
     def linked(self, relpath: str, names: list[str]) -> bool:
-        """Whether the lake file `relpath` has a link in one of the generations `names`."""
+        """Whether the lake file `relpath` has a link in one of the generations `names` (a
+        file there is no link: see `damaged`)."""
         root = str(self.root / "data")
-        return any(os.path.lexists(f"{root}/{name}/{relpath}") for name in names)
+        return any(os.path.islink(f"{root}/{name}/{relpath}") for name in names)
 
     def link_data(self, gen: str, relpath: str, *, others: Sequence[str] = ()) -> None:
         """Link the lake file `relpath` under `gen`, and remove its links under the

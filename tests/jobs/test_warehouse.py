@@ -9,6 +9,7 @@ from datetime import date
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 from lakes import day, land, random_stream
 
@@ -577,3 +578,66 @@ def test_a_lake_replaced_or_copied_leaves_the_link_tree_right(tmp_path):
     held = [p for p in (copy / "warehouse.files").rglob("*") if not p.is_dir()]
     assert held
     assert all(p.is_symlink() for p in held)
+
+
+def test_a_data_dir_restored_from_a_copy_with_links_followed_is_relinked(tmp_path):
+    """Regression (review s8, finding 4): a backup taken with the links followed (`cp -rL`,
+    `rsync -L`, shutil.copytree) and restored to the same path keeps its warehouse's lake
+    path, so the refresh was incremental and kept the copies in the link tree: the views
+    read them, and an erasure rewriting the lake files left the erased player in them and
+    in the `standings` view. The refresh now finds files where links belong and rebuilds
+    the tree; and an erasure relinks it whole (a copy the cheap look would miss)."""
+    import os
+
+    from app.erasure import erase_player
+
+    data = tmp_path / "data"
+    registry = load_registry()
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
+    land(data / "lake", registry, random_stream(43, start=day("2026-11-27"), days=2,
+                                                matches=30))
+    run_batch(settings, date(2026, 11, 27))
+    run_batch(settings, date(2026, 11, 28))
+    refresh_warehouse(data, registry)
+    backup = tmp_path / "backup"
+    shutil.copytree(data, backup)  # links followed: the tree holds copies
+    shutil.rmtree(data)
+    shutil.copytree(backup, data)  # restored to the same path
+    held = [p for p in (data / "warehouse.files").rglob("*.parquet")]
+    assert held
+    assert not any(p.is_symlink() for p in held)
+    refresh_warehouse(data, registry)
+    held = [p for p in (data / "warehouse.files").rglob("*") if not p.is_dir()]
+    assert held
+    assert [p for p in held if not p.is_symlink()] == []
+    shown = _assert_shows_the_lake(data)
+
+    # A copy the cheap look misses (not the first entry of its generation): the erasure's
+    # refresh relinks every entry, so no byte of the player stays in the tree.
+    player = shown["standings"][0][4]
+    standings = data / "warehouse.files" / "data" / "all" / "standings"
+    first = next(os.path.join(root, name) for root, _dirs, names in os.walk(standings)
+                 for name in names if name.endswith(".parquet"))
+    copied = [p for p in standings.rglob("*.parquet") if str(p) != first
+              and player in pq.read_table(p, columns=["player_id"]).column(0).to_pylist()]
+    assert copied
+    for path in copied:
+        payload = path.read_bytes()
+        path.unlink()
+        path.write_bytes(payload)
+    refresh_warehouse(data, registry)  # incremental: the sampled entries are links
+    assert not any(p.is_symlink() for p in copied)
+    erase_player(settings, None, player, settle=0.0)
+    assert all(p.is_symlink() for p in (data / "warehouse.files").rglob("*")
+               if not p.is_dir())
+    for path in standings.rglob("*.parquet"):
+        assert player not in pq.read_table(path, columns=["player_id"]).column(
+            0).to_pylist(), path
+    con = duckdb.connect(str(data / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM standings WHERE player_id = ?",
+                           [player]).fetchall() == [(0,)]
+    finally:
+        con.close()
+    _assert_shows_the_lake(data)
+
