@@ -15,8 +15,11 @@ open is never blocked and never sees a half-built warehouse. Query it read-only 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -334,15 +337,34 @@ def _quarantine_view(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
                     "WHERE false")
 
 
+@contextmanager
+def _one_refresh(data_dir: Path) -> Iterator[None]:
+    """Hold `<data>/.warehouse.lock` for a refresh: one refresh of a data dir's warehouse
+    at a time (an erasure's in the API process, the DAG's task, `leaderboard warehouse
+    refresh`). Two at once failed: a full one prunes the link tree, and removed the other's
+    temp link before its rename into place. Beside the tree, not in it: a prune or an
+    operator removing the tree leaves it; not in the lake, which erasure and retention
+    rewrite. Blocks until free."""
+    with open(data_dir / ".warehouse.lock", "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
 def refresh_warehouse(data_dir: Path, registry: Registry, *, relink: bool = False) -> Path:
     """Rebuild the warehouse views for the lake's current state; returns its path.
     `relink`: rebuild the link tree whole (prune, then link every shown file again), as a
     refresh from nothing does: an erasure asks for it, so no copy of a lake file it
     rewrote can stay in the tree (`LinkTree.damaged` samples the tree only)."""
+    with _one_refresh(data_dir):
+        return _refresh(data_dir, registry, relink=relink)
+
+
+def _refresh(data_dir: Path, registry: Registry, *, relink: bool) -> Path:
     lake = (data_dir / "lake").resolve()
     target = warehouse_path(data_dir)
+    for stale in data_dir.glob(f".{target.name}.*.tmp"):  # a killed refresh's (the lock)
+        stale.unlink(missing_ok=True)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temp.unlink(missing_ok=True)
     current = read_current(lake)
     tree = LinkTree(data_dir.absolute())
     con = duckdb.connect(str(temp))

@@ -641,3 +641,77 @@ def test_a_data_dir_restored_from_a_copy_with_links_followed_is_relinked(tmp_pat
         con.close()
     _assert_shows_the_lake(data)
 
+
+_REFRESH_REPORTING_ITS_WAIT = """
+import fcntl, sys, types
+from pathlib import Path
+import jobs.warehouse as warehouse
+from leaderboard.registry import load_registry
+
+def flock(handle, operation):
+    try:
+        fcntl.flock(handle, operation | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        print("waits", flush=True)
+    fcntl.flock(handle, operation)
+
+warehouse.fcntl = types.SimpleNamespace(flock=flock, LOCK_EX=fcntl.LOCK_EX)
+warehouse.refresh_warehouse(Path(sys.argv[1]), load_registry())
+print("finished", flush=True)
+"""
+
+
+def test_a_refresh_waits_for_another_so_its_prune_spares_the_others_temp_link(
+        tmp_path, monkeypatch):
+    """Regression (review s8, finding 5): a full refresh's prune removed every `*.tmp` of
+    the link tree, so another refresh correcting a link (temp link, then rename into place)
+    failed on its rename (FileNotFoundError). Refreshes of a data dir now run one at a time
+    (`<data>/.warehouse.lock`). Forced interleaving: the first refresh, about to rename its
+    temp link, starts a second (another process, as the DAG's task beside an erasure's)
+    and goes on once the second has finished (the old code: its temp link pruned) or
+    reports waiting at the lock (told by a lock tried without blocking first, not by
+    time)."""
+    import os
+
+    import jobs.warehouse_links as links_module
+
+    data = tmp_path / "data"
+    registry = load_registry()
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
+    land(data / "lake", registry, random_stream(44, start=day("2026-11-27"), days=1,
+                                                matches=20))
+    run_batch(settings, date(2026, 11, 27))
+    refresh_warehouse(data, registry)
+    # A link naming its file by another path (the refresh corrects it: temp link, rename).
+    link = next((data / "warehouse.files" / "data").rglob("*.parquet"))
+    target = link.resolve()
+    link.unlink()
+    link.symlink_to(target)
+    (data / "warehouse.duckdb").unlink()  # both refreshes from nothing: each prunes
+    real = os.replace
+    seen: list[str] = []
+
+    def start_a_second_then_rename(src: str, dst: str) -> None:
+        if str(src).endswith(".tmp") and os.path.islink(src) and not seen:
+            second = subprocess.Popen([sys.executable, "-c", _REFRESH_REPORTING_ITS_WAIT,
+                                       str(data)], stdout=subprocess.PIPE, text=True)
+            seen.append(second.stdout.readline().strip() if second.stdout else "")
+            started.append(second)
+        real(src, dst)
+
+    started: list[subprocess.Popen[str]] = []
+    monkeypatch.setattr(links_module.os, "replace", start_a_second_then_rename)
+    try:
+        refresh_warehouse(data, registry)
+    finally:
+        monkeypatch.undo()
+        for second in started:
+            out, _ = second.communicate(timeout=300)
+            seen.append(out.strip())
+            assert second.returncode == 0
+    assert seen == ["waits", "finished"]  # the second could not run meanwhile
+    assert os.readlink(link) != str(target)  # corrected
+    held = [p for p in (data / "warehouse.files").rglob("*") if not p.is_dir()]
+    assert [p for p in held if not p.is_symlink() or p.name.endswith(".tmp")] == []
+    _assert_shows_the_lake(data)
