@@ -12,7 +12,8 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
@@ -382,12 +383,17 @@ def _cmd_speed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_erased(settings: Settings, player: str) -> None:
-    from app.erasure import erased_problem
+@contextmanager
+def _not_erased(settings: Settings, player: str | None) -> Iterator[None]:
+    """The action's block, refused for an erased player: the check and the write under the
+    erasure barrier (`app.erasure.unless_erased`)."""
+    from app.erasure import ErasedPlayer, unless_erased
 
-    problem = erased_problem(settings.lake_dir, player)
-    if problem is not None:
-        raise UsageError(problem)
+    try:
+        with unless_erased(settings.lake_dir, player):
+            yield
+    except ErasedPlayer as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _cmd_ban(args: argparse.Namespace) -> int:
@@ -395,13 +401,15 @@ def _cmd_ban(args: argparse.Namespace) -> int:
     if len(getattr(args, "reason", None) or "") > 500:  # as POST /v1/admin/bans
         raise UsageError(f"--reason is {len(args.reason):,} characters; use at most 500")
     settings = _settings(args)
-    _not_erased(settings, args.player)
     speed = _require_speed(settings)
+    with _not_erased(settings, args.player):
+        if args.command == "ban":
+            count = speed.ban(args.player, settings.now(), args.reason or "")
+        else:
+            count = speed.unban(args.player, settings.now())
     if args.command == "ban":
-        count = speed.ban(args.player, settings.now(), args.reason or "")
         out.print(f"banned {args.player}: gone from {count} live board-window(s)")
     else:
-        count = speed.unban(args.player, settings.now())
         out.print(f"unbanned {args.player}: restored in {count} live board-window(s)")
     return 0
 
@@ -438,9 +446,9 @@ def _cmd_void(args: argparse.Namespace) -> int:
         raise UsageError("match_id must be 1-128 printable characters, not all whitespace")
     if args.player is not None:
         _player(args.player)
-        _not_erased(settings, args.player)
     speed = _require_speed(settings)
-    applied = speed.void_applied(args.match, args.player, settings.now(), args.reason)
+    with _not_erased(settings, args.player):
+        applied = speed.void_applied(args.match, args.player, settings.now(), args.reason)
     players, limit = applied.players, applied.limit
     if args.json:
         print(json.dumps({"match_id": args.match, "player_id": args.player,

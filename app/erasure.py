@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +38,7 @@ from leaderboard.timeutil import format_instant
 from serving.profiles import ProfileCache
 from speed_layer.service import SpeedLayer
 
-__all__ = ["erase_player", "erased_problem"]
+__all__ = ["ErasedPlayer", "erase_player", "erased_problem", "unless_erased"]
 
 
 def erased_problem(lake: Path, player: str) -> str | None:
@@ -50,6 +51,27 @@ def erased_problem(lake: Path, player: str) -> str | None:
         return None
     return (f"player {player}'s data was erased (right to erasure): nothing is recorded "
             "under the id any more; there is nothing of it to ban, unban or void")
+
+
+class ErasedPlayer(Exception):
+    """An operator action named an erased player (`unless_erased`): the message says why."""
+
+
+@contextmanager
+def unless_erased(lake: Path, player: str | None) -> Iterator[None]:
+    """Run the block (an operator action naming `player`: a ban, an unban, a void of their
+    result) only if the player is not erased, holding the erasure barrier shared across the
+    check and the block: an erasure starting between the two would finish, and the action's
+    record then bring the id back into the lake. Raises ErasedPlayer. A whole match's void
+    (no player) names no one: no check, no wait."""
+    if player is None:
+        yield
+        return
+    with erasure_barrier(lake, exclusive=False):
+        problem = erased_problem(lake, player)
+        if problem is not None:
+            raise ErasedPlayer(problem)
+        yield
 
 
 def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, settle: float,

@@ -674,3 +674,59 @@ def test_an_erasure_during_a_profile_log_compaction_waits_for_it(world, monkeypa
     assert len(list(profiles_dir(lake).glob("*.parquet"))) == 1  # the folded file
     assert history_of(lake, VICTIM) == []
     assert _settled_holding(settings.data_dir) == []
+
+
+def test_a_ban_checked_before_an_erasure_waits_for_it_to_be_written(world, monkeypatch):
+    """Regression (review s8, finding 3): a ban (unban, void of a result) read the erasure
+    ledger, found the player not erased, then wrote its record outside the erasure
+    barrier: an erasure starting in between finished first, and the ban's tombstone then
+    put the id back into the lake after a "successful" erasure. The check and the write
+    now hold the barrier shared (`app.erasure.unless_erased`, the CLI's and the HTTP
+    routes' one function), so the erasure waits and then erases the ban too. Forced
+    interleaving: the ban, checked and about to write its tombstone, starts the erasure
+    and goes on once it has finished (the old code) or waits at the barrier."""
+    import threading
+
+    import speed_layer.service as service_module
+    from app.cli import main
+
+    settings, registry, _client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(72, start=START, days=1,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    for name, value in (("LEADERBOARD_DATA", settings.data_dir),  # the CLI's, as the world's
+                        ("LEADERBOARD_CONFIG", settings.data_dir / "exotic.toml"),
+                        ("REDIS_URL", settings.redis_url),
+                        ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
+        monkeypatch.setenv(name, str(value))
+    waiting = _erasure_waits(monkeypatch)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def erase() -> None:
+        try:
+            erase_player(settings, speed, VICTIM, settle=0.0)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    eraser = threading.Thread(target=erase)
+    real = service_module.write_tombstone
+    seen: list[str] = []
+
+    def erase_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not seen:
+            eraser.start()
+            while not (done.wait(0.05) or waiting.is_set()):
+                pass
+            seen.append("finished" if done.is_set() else "waits")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "write_tombstone", erase_meanwhile)
+    assert main(["ban", VICTIM, "--reason", "cheating"]) == 0
+    eraser.join()
+    assert errors == []
+    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert _settled_holding(settings.data_dir) == []
+    assert main(["unban", VICTIM]) == 2  # and now the id is refused

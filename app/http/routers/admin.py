@@ -7,6 +7,8 @@ a valid body looks like (401/403, never a 422 first).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Security
@@ -89,26 +91,31 @@ _BODY = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": PlayerAction.model_json_schema()}}}}
 
 
-def _not_erased(service: Service, player: str | None) -> None:
-    from app.erasure import erased_problem
+@contextmanager
+def _not_erased(service: Service, player: str | None) -> Iterator[None]:
+    """The action's block, refused (422 `erased`) for an erased player: the check and the
+    write under the erasure barrier (`app.erasure.unless_erased`)."""
+    from app.erasure import ErasedPlayer, unless_erased
 
-    problem = None if player is None else erased_problem(service.settings.lake_dir, player)
-    if problem is not None:
-        raise ApiError(422, "erased", problem)
+    try:
+        with unless_erased(service.settings.lake_dir, player):
+            yield
+    except ErasedPlayer as exc:
+        raise ApiError(422, "erased", str(exc)) from None
 
 
 @router.post("/v1/admin/bans", summary="Ban a player from every board", openapi_extra=_BODY)
 def ban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
-    _not_erased(service, action.player_id)
-    count = service.speed.ban(action.player_id, service.settings.now(), action.reason)
+    with _not_erased(service, action.player_id):
+        count = service.speed.ban(action.player_id, service.settings.now(), action.reason)
     service.cache.clear()
     return {"player_id": action.player_id, "status": "banned", "board_windows": count}
 
 
 @router.post("/v1/admin/unbans", summary="Unban a player, restoring scores", openapi_extra=_BODY)
 def unban(service: AdminDep, action: ActionDep) -> dict[str, Any]:
-    _not_erased(service, action.player_id)
-    count = service.speed.unban(action.player_id, service.settings.now())
+    with _not_erased(service, action.player_id):
+        count = service.speed.unban(action.player_id, service.settings.now())
     service.cache.clear()
     return {"player_id": action.player_id, "status": "unbanned", "board_windows": count}
 
@@ -124,9 +131,9 @@ def void(service: AdminDep, action: VoidDep) -> dict[str, Any]:
     the results on event dates whose raw events it deleted, which neither the live boards
     nor any batch can remove (`results`, `line`, a `message` to show), or `unseen` when no
     raw event of the void is left in the lake at all."""
-    _not_erased(service, action.player_id)
-    applied = service.speed.void_applied(action.match_id, action.player_id,
-                                         service.settings.now(), action.reason)
+    with _not_erased(service, action.player_id):
+        applied = service.speed.void_applied(action.match_id, action.player_id,
+                                             service.settings.now(), action.reason)
     service.cache.clear()
     return {"match_id": action.match_id, "player_id": action.player_id, "status": "voided",
             "players": applied.players,
