@@ -191,8 +191,9 @@ def _live_waiting(lake: Path, published: Manifest, speed: SpeedWatermark) -> str
 def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
                     dry_run: bool = False, say: Say | None = None) -> RetentionReport:
     """Delete the expired raw-event partitions nothing needs any more; safe to rerun.
-    Not while an erasure rewrites the lake's files (`erasure_barrier`: it waits)."""
-    with erasure_barrier(lake, exclusive=False):
+    Not while an erasure rewrites the lake's files (`erasure_barrier`: it waits). A dry
+    run makes no barrier file (it writes nothing, and may run on a read-only backup)."""
+    with erasure_barrier(lake, exclusive=False, create=not dry_run):
         return _apply_retention(lake, as_of, retention_days, speed=speed, dry_run=dry_run,
                                 say=say)
 

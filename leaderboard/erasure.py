@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import numpy.typing as npt
@@ -45,17 +47,44 @@ def erasure_dir(lake: Path) -> Path:
 
 
 @contextmanager
-def erasure_barrier(lake: Path, *, exclusive: bool) -> Iterator[None]:
+def erasure_barrier(lake: Path, *, exclusive: bool, create: bool = True) -> Iterator[None]:
     """Hold the lake's erasure barrier for the block: exclusive for an erasure, shared for
     a job that reads and rewrites the files an erasure rewrites (a batch run, a
     compaction). Without it two erasures read a file, each wrote it back without its own
     player only (one removal lost, or a reader met a file mid-replace), and a batch that
     read the events before an erasure published the id again after it. Blocks until
-    free."""
+    free.
+
+    A shared holder creates nothing where there is nothing to guard: no lake (a mistyped
+    data dir), or, with `create=False` (a dry run, which writes nothing), no barrier file
+    yet or a read-only lake (a mounted backup); the lock is then not held. The file is
+    locked only once it is the one at the path (a `demo --fresh` that removed the lake
+    meanwhile would otherwise leave this holder locking a file no erasure opens)."""
     path = erasure_dir(lake) / "barrier.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as handle:
+    if not exclusive and not lake.is_dir():
+        yield
+        return
+    handle: IO[bytes]
+    while True:
+        if exclusive or create:
+            path.parent.mkdir(parents=exclusive, exist_ok=True)
+            handle = open(path, "ab")  # noqa: SIM115 - held for the whole block
+        elif not path.exists():
+            yield  # a dry run where no erasure ever ran: nothing to guard, nothing made
+            return
+        else:
+            try:
+                handle = open(path, "ab")  # noqa: SIM115 - held for the whole block
+            except OSError:  # a read-only lake (a mounted backup): a read handle locks too
+                handle = open(path, "rb")  # noqa: SIM115
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()  # removed or replaced between the open and the lock: lock the new one
+    with handle:
         yield  # closing the file releases the lock
 
 

@@ -44,3 +44,57 @@ def test_a_file_left_empty_is_deleted_when_asked(tmp_path):
     assert without_player(path, "zz") == 0
     assert without_player(path, "a") == 1
     assert pq.read_table(path).column("player_id").to_pylist() == ["b"]
+
+
+def test_a_shared_barrier_creates_nothing_where_there_is_nothing_to_guard(tmp_path):
+    """Regression (review s8, finding 8): the barrier made `<lake>/erasure/` (parents too)
+    on every use, so a compaction on a mistyped data dir, or a retention dry run, created
+    the lake (and failed on a read-only backup). A shared holder with no lake, or a dry
+    run's (`create=False`) with no barrier file yet, now makes nothing."""
+    from leaderboard.erasure import erasure_barrier
+
+    missing = tmp_path / "mistyped" / "lake"
+    with erasure_barrier(missing, exclusive=False):
+        pass
+    assert not (tmp_path / "mistyped").exists()
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    with erasure_barrier(lake, exclusive=False, create=False):
+        pass
+    assert list(lake.iterdir()) == []
+    with erasure_barrier(lake, exclusive=False):  # a compaction's: it guards a real lake
+        pass
+    assert (lake / "erasure" / "barrier.lock").exists()
+
+
+def test_a_barrier_file_removed_before_its_lock_is_opened_again(tmp_path, monkeypatch):
+    """Regression (review s8, finding 8): `demo --fresh` removing the lake between a
+    holder's open and its lock left the holder locking a removed file, which a later
+    erasure (opening the file at the path) did not wait for. The holder now checks the
+    locked file is the one at the path, as `jobs.sweep.hold_run` does, and opens it again.
+    Forced: the first lock removes the file first; then a probe for the exclusive lock on
+    the path's file must find it held."""
+    import fcntl
+    from types import SimpleNamespace
+
+    import pytest
+
+    import leaderboard.erasure as erasure_module
+
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    path = lake / "erasure" / "barrier.lock"
+    removed: list[bool] = []
+
+    def flock(handle, operation: int) -> None:
+        if not removed:
+            removed.append(True)
+            path.unlink()  # as `demo --fresh` would, between the open and the lock
+        fcntl.flock(handle, operation)
+
+    monkeypatch.setattr(erasure_module, "fcntl", SimpleNamespace(
+        flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH))
+    with erasure_module.erasure_barrier(lake, exclusive=False):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as probe, pytest.raises(BlockingIOError):
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
