@@ -10,7 +10,9 @@ data dir with its AOF (base RDB preamble and increments).
 from __future__ import annotations
 
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -359,7 +361,6 @@ def _erasure_waits(monkeypatch: pytest.MonkeyPatch) -> Any:
     barrier held and starts to wait for it (the barrier's flock tried without blocking
     first): how a test knows it is waiting without timing it."""
     import fcntl
-    import threading
     from types import SimpleNamespace
 
     import leaderboard.erasure as erasure_module
@@ -379,6 +380,55 @@ def _erasure_waits(monkeypatch: pytest.MonkeyPatch) -> Any:
     return waiting
 
 
+class _Meanwhile:
+    """The forced interleaving the barrier tests share: `start()`, called from a patched
+    step of the job under test, runs `job` in a thread and goes on once that thread has
+    finished (the old code: nothing made it wait) or is waiting at the erasure barrier,
+    and records which in `seen`. Only the first call starts the thread."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, job: Callable[[], object]) -> None:
+        self.waiting = _erasure_waits(monkeypatch)
+        self.done = threading.Event()
+        self.errors: list[BaseException] = []
+        self.results: list[object] = []
+        self.seen: list[str] = []
+        self._thread = threading.Thread(target=self._run, args=(job,))
+
+    def _run(self, job: Callable[[], object]) -> None:
+        try:
+            self.results.append(job())
+        except BaseException as exc:  # reported by the test
+            self.errors.append(exc)
+        finally:
+            self.done.set()
+
+    def start(self) -> None:
+        if self.seen:
+            return
+        self._thread.start()
+        while not (self.done.wait(0.05) or self.waiting.is_set()):
+            pass
+        self.seen.append("finished" if self.done.is_set() else "waits")
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def before_the_erasures_writes(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Start from the erasure of this thread (the test's), about to write its first
+        rewritten file; the job's own writes (another erasure's) go straight through."""
+        import leaderboard.erasure as erasure_module
+
+        first = threading.current_thread()
+        real = erasure_module.atomic_write_parquet
+
+        def start_then_write(table: pa.Table, path: Path, **kwargs: object) -> None:
+            if threading.current_thread() is first:
+                self.start()
+            real(table, path, **kwargs)
+
+        monkeypatch.setattr(erasure_module, "atomic_write_parquet", start_then_write)
+
+
 def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
     """Regression (audit of issue 12): two erasures at once (two DELETE requests: the
     route runs in a thread pool) each read a file and wrote it back without their own
@@ -387,10 +437,6 @@ def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
     erasure, about to write its first rewritten file, starts the second and goes on once
     the second has finished (the old code: the first then wrote back the second's player)
     or waits at the barrier."""
-    import threading
-
-    import leaderboard.erasure as erasure_module
-
     settings, registry, _client, speed = world
     lake = settings.lake_dir
     land(lake, registry, _with_victim(random_stream(67, start=START, days=1,
@@ -402,36 +448,12 @@ def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
                 for r in pq.read_table(f.path, columns=["player_id"]).to_pylist()}
 
     assert {VICTIM, other} <= players()
-    first = threading.current_thread()
-    waiting = _erasure_waits(monkeypatch)
-    second_done = threading.Event()
-    errors: list[BaseException] = []
-
-    def erase_other() -> None:
-        try:
-            erase_player(settings, speed, other, settle=0.0)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            second_done.set()
-
-    second = threading.Thread(target=erase_other)
-    real = erasure_module.atomic_write_parquet
-    seen: list[str] = []
-
-    def start_the_second_then_write(table: pa.Table, path: Path, **kwargs: object) -> None:
-        if threading.current_thread() is first and not seen:
-            second.start()
-            while not (second_done.wait(0.05) or waiting.is_set()):
-                pass
-            seen.append("finished" if second_done.is_set() else "waits")
-        real(table, path, **kwargs)
-
-    monkeypatch.setattr(erasure_module, "atomic_write_parquet", start_the_second_then_write)
+    second = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, other, settle=0.0))
+    second.before_the_erasures_writes(monkeypatch)
     erase_player(settings, speed, VICTIM, settle=0.0)
     second.join()
-    assert errors == []
-    assert seen == ["waits"]  # the second erasure could not run meanwhile
+    assert second.errors == []
+    assert second.seen == ["waits"]  # the second erasure could not run meanwhile
     assert not {VICTIM, other} & players()
     assert _settled_holding(settings.data_dir) == []
 
@@ -445,8 +467,6 @@ def test_an_erasure_during_a_batch_run_waits_and_leaves_no_byte_in_its_version(
     the run (`erasure_barrier`, shared by batch runs) and then erases its version too.
     Forced interleaving: with the events rolled up, not yet written, the run starts the
     erasure and goes on once it has finished (the old code) or waits at the barrier."""
-    import threading
-
     import jobs.batch as batch_module
 
     settings, registry, _client, speed = world
@@ -454,35 +474,19 @@ def test_an_erasure_during_a_batch_run_waits_and_leaves_no_byte_in_its_version(
     land(lake, registry, _with_victim(random_stream(68, start=START, days=2,
                                                     duplicate_share=0.0), "p003"), speed=speed)
     run_batch(settings, date(2026, 11, 28))
-    waiting = _erasure_waits(monkeypatch)
-    done = threading.Event()
-    errors: list[BaseException] = []
-
-    def erase() -> None:
-        try:
-            erase_player(settings, speed, VICTIM, settle=0.0)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            done.set()
-
-    eraser = threading.Thread(target=erase)
+    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
     real = batch_module.checkpoint
-    seen: list[str] = []
 
     def erase_meanwhile(name: str) -> None:
-        if name == "batch.rollups" and not seen:
+        if name == "batch.rollups":
             eraser.start()
-            while not (done.wait(0.05) or waiting.is_set()):
-                pass
-            seen.append("finished" if done.is_set() else "waits")
         real(name)
 
     monkeypatch.setattr(batch_module, "checkpoint", erase_meanwhile)
     run_batch(settings, date(2026, 11, 29))
     eraser.join()
-    assert errors == []
-    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert eraser.errors == []
+    assert eraser.seen == ["waits"]  # the erasure could not run meanwhile
     assert read_current(lake).as_of == "2026-11-29"
     assert _settled_holding(settings.data_dir) == []
 
@@ -494,8 +498,6 @@ def test_an_erasure_during_a_compaction_waits_for_it(world, monkeypatch):
     check the partition by hand". The erasure now waits for the compaction
     (`erasure_barrier`, shared by compactions), then erases the compacted file. Forced
     interleaving as for the batch run above."""
-    import threading
-
     import jobs.compact as compact_module
     from jobs.compact import SpeedWatermark, compact_partition
     from leaderboard.manifest import watermark_for
@@ -505,36 +507,19 @@ def test_an_erasure_during_a_compaction_waits_for_it(world, monkeypatch):
     land(lake, registry, _with_victim(random_stream(69, start=START, days=2,
                                                     duplicate_share=0.0), "p003"), speed=speed)
     run_batch(settings, date(2026, 11, 28))
-    waiting = _erasure_waits(monkeypatch)
-    done = threading.Event()
-    errors: list[BaseException] = []
-
-    def erase() -> None:
-        try:
-            erase_player(settings, speed, VICTIM, settle=0.0)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            done.set()
-
-    eraser = threading.Thread(target=erase)
+    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
     real = compact_module._write_target
-    seen: list[str] = []
 
     def erase_meanwhile(lake_dir: Path, record: dict) -> Path:
-        if not seen:
-            eraser.start()
-            while not (done.wait(0.05) or waiting.is_set()):
-                pass
-            seen.append("finished" if done.is_set() else "waits")
+        eraser.start()
         return real(lake_dir, record)
 
     monkeypatch.setattr(compact_module, "_write_target", erase_meanwhile)
     report = compact_partition(lake, START.date(), speed=SpeedWatermark(
         present=True, watermark=watermark_for(START.date()), version="v"))
     eraser.join()
-    assert errors == []
-    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert eraser.errors == []
+    assert eraser.seen == ["waits"]  # the erasure could not run meanwhile
     assert len(report.compacted) == 1
     assert _settled_holding(settings.data_dir) == []
 
@@ -547,9 +532,6 @@ def test_retention_during_an_erasure_waits_for_it(tmp_path, monkeypatch):
     first rewritten file, starts retention and goes on once retention has finished (the
     old code) or waits at the barrier. No speed layer here: the lake's part is what
     matters."""
-    import threading
-
-    import leaderboard.erasure as erasure_module
     from jobs.compact import SpeedWatermark
     from jobs.retention import apply_retention
 
@@ -560,35 +542,14 @@ def test_retention_during_an_erasure_waits_for_it(tmp_path, monkeypatch):
     for night in range(3):
         run_batch(settings, START.date() + timedelta(days=night))
     as_of = START.date() + timedelta(days=2)
-    waiting = _erasure_waits(monkeypatch)
-    done = threading.Event()
-    reports: list[Any] = []
-
-    def retention() -> None:
-        try:
-            reports.append(apply_retention(settings.lake_dir, as_of, 1,
-                                           speed=SpeedWatermark(present=False)))
-        finally:
-            done.set()
-
-    other = threading.Thread(target=retention)
-    first = threading.current_thread()
-    real = erasure_module.atomic_write_parquet
-    seen: list[str] = []
-
-    def start_retention_then_write(table: pa.Table, path: Path, **kwargs: object) -> None:
-        if threading.current_thread() is first and not seen:
-            other.start()
-            while not (done.wait(0.05) or waiting.is_set()):
-                pass
-            seen.append("finished" if done.is_set() else "waits")
-        real(table, path, **kwargs)
-
-    monkeypatch.setattr(erasure_module, "atomic_write_parquet", start_retention_then_write)
+    other = _Meanwhile(monkeypatch, lambda: apply_retention(
+        settings.lake_dir, as_of, 1, speed=SpeedWatermark(present=False)))
+    other.before_the_erasures_writes(monkeypatch)
     erase_player(settings, None, VICTIM, settle=0.0)
     other.join()
-    assert seen == ["waits"]  # retention could not run meanwhile
-    [report] = reports
+    assert other.errors == []
+    assert other.seen == ["waits"]  # retention could not run meanwhile
+    [report] = other.results
     assert report.deleted  # then it deleted the expired partitions, wholly
     for day_text in report.deleted:
         assert not (settings.lake_dir / "events" / f"ingest_date={day_text}").exists()
@@ -631,8 +592,6 @@ def test_an_erasure_during_a_profile_log_compaction_waits_for_it(world, monkeypa
     erasure barrier shared. Forced interleaving: with the log read, not yet written, the
     compaction starts the erasure and goes on once it has finished (the old code) or waits
     at the barrier."""
-    import threading
-
     import leaderboard.profiles as profiles_module
     from leaderboard.profiles import compact_log, history_of, profiles_dir
 
@@ -641,36 +600,19 @@ def test_an_erasure_during_a_profile_log_compaction_waits_for_it(world, monkeypa
     at = day("2026-11-30T10:00:00")
     write_profile(lake, parse_profile(VICTIM, {"display_name": "Victim"}), at, "t")
     write_profile(lake, parse_profile("p005", {"display_name": f"fan of {VICTIM}"}), at, "t")
-    waiting = _erasure_waits(monkeypatch)
-    done = threading.Event()
-    errors: list[BaseException] = []
-
-    def erase() -> None:
-        try:
-            erase_player(settings, speed, VICTIM, settle=0.0)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            done.set()
-
-    eraser = threading.Thread(target=erase)
+    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
     real = profiles_module._unique
-    seen: list[str] = []
 
     def erase_meanwhile(tables: list[pa.Table]) -> pa.Table:
         folded = real(tables)
-        if not seen:
-            eraser.start()
-            while not (done.wait(0.05) or waiting.is_set()):
-                pass
-            seen.append("finished" if done.is_set() else "waits")
+        eraser.start()
         return folded
 
     monkeypatch.setattr(profiles_module, "_unique", erase_meanwhile)
     assert compact_log(lake) == 2
     eraser.join()
-    assert errors == []
-    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert eraser.errors == []
+    assert eraser.seen == ["waits"]  # the erasure could not run meanwhile
     assert len(list(profiles_dir(lake).glob("*.parquet"))) == 1  # the folded file
     assert history_of(lake, VICTIM) == []
     assert _settled_holding(settings.data_dir) == []
@@ -685,8 +627,6 @@ def test_a_ban_checked_before_an_erasure_waits_for_it_to_be_written(world, monke
     routes' one function), so the erasure waits and then erases the ban too. Forced
     interleaving: the ban, checked and about to write its tombstone, starts the erasure
     and goes on once it has finished (the old code) or waits at the barrier."""
-    import threading
-
     import speed_layer.service as service_module
     from app.cli import main
 
@@ -699,34 +639,17 @@ def test_a_ban_checked_before_an_erasure_waits_for_it_to_be_written(world, monke
                         ("REDIS_URL", settings.redis_url),
                         ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
         monkeypatch.setenv(name, str(value))
-    waiting = _erasure_waits(monkeypatch)
-    done = threading.Event()
-    errors: list[BaseException] = []
-
-    def erase() -> None:
-        try:
-            erase_player(settings, speed, VICTIM, settle=0.0)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            done.set()
-
-    eraser = threading.Thread(target=erase)
+    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
     real = service_module.write_tombstone
-    seen: list[str] = []
 
     def erase_meanwhile(*args: Any, **kwargs: Any) -> Any:
-        if not seen:
-            eraser.start()
-            while not (done.wait(0.05) or waiting.is_set()):
-                pass
-            seen.append("finished" if done.is_set() else "waits")
+        eraser.start()
         return real(*args, **kwargs)
 
     monkeypatch.setattr(service_module, "write_tombstone", erase_meanwhile)
     assert main(["ban", VICTIM, "--reason", "cheating"]) == 0
     eraser.join()
-    assert errors == []
-    assert seen == ["waits"]  # the erasure could not run meanwhile
+    assert eraser.errors == []
+    assert eraser.seen == ["waits"]  # the erasure could not run meanwhile
     assert _settled_holding(settings.data_dir) == []
     assert main(["unban", VICTIM]) == 2  # and now the id is refused

@@ -545,6 +545,14 @@ def test_standings_current_is_the_published_version_even_when_not_its_days_newes
     assert _current_rows(data) == expected
 
 
+def _one_night(data: Path, seed: int, night: str) -> None:
+    """Land a day of 20 matches on `night`, run its batch and refresh the warehouse."""
+    registry = load_registry()
+    land(data / "lake", registry, random_stream(seed, start=day(night), days=1, matches=20))
+    run_batch(Settings.from_env({"LEADERBOARD_DATA": str(data)}), date.fromisoformat(night))
+    refresh_warehouse(data, registry)
+
+
 def test_a_lake_replaced_or_copied_leaves_the_link_tree_right(tmp_path):
     """`leaderboard demo --fresh` deletes the lake and keeps the warehouse file and its link
     tree: the links to the old lake's files dangle, and a query whose glob opens one fails
@@ -553,16 +561,9 @@ def test_a_lake_replaced_or_copied_leaves_the_link_tree_right(tmp_path):
     prune dead links (a version set aside keeps its files, and no pruning)."""
     data = tmp_path / "data"
     registry = load_registry()
-    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
-    land(data / "lake", registry, random_stream(41, start=day("2026-11-27"), days=1,
-                                                matches=20))
-    run_batch(settings, date(2026, 11, 27))
-    refresh_warehouse(data, registry)
+    _one_night(data, 41, "2026-11-27")
     shutil.rmtree(data / "lake")
-    land(data / "lake", registry, random_stream(42, start=day("2026-11-28"), days=1,
-                                                matches=20))
-    run_batch(settings, date(2026, 11, 28))
-    refresh_warehouse(data, registry)
+    _one_night(data, 42, "2026-11-28")
     shown = _assert_shows_the_lake(data)
     assert {row[0] for row in shown["standings"]} == {date(2026, 11, 28)}
     links = [p for p in (data / "warehouse.files").rglob("*") if p.is_symlink()]
@@ -678,11 +679,7 @@ def test_a_refresh_waits_for_another_so_its_prune_spares_the_others_temp_link(
 
     data = tmp_path / "data"
     registry = load_registry()
-    settings = Settings.from_env({"LEADERBOARD_DATA": str(data)})
-    land(data / "lake", registry, random_stream(44, start=day("2026-11-27"), days=1,
-                                                matches=20))
-    run_batch(settings, date(2026, 11, 27))
-    refresh_warehouse(data, registry)
+    _one_night(data, 44, "2026-11-27")
     # A link naming its file by another path (the refresh corrects it: temp link, rename).
     link = next((data / "warehouse.files" / "data").rglob("*.parquet"))
     target = link.resolve()
