@@ -189,6 +189,13 @@ def _profile_rows(path: Path) -> list[dict[str, Any]]:
 def _import_profiles(args: argparse.Namespace, settings: Any) -> int:
     """`profile import FILE`: every valid row as one file of the log, then the cache; the
     invalid rows are reported by line and land nothing."""
+    from leaderboard.erasure import erasure_barrier
+
+    with erasure_barrier(settings.lake_dir, exclusive=False):  # as `profile set`
+        return _import_rows(args, settings)
+
+
+def _import_rows(args: argparse.Namespace, settings: Any) -> int:
     from leaderboard.erasure import ErasureLedger
     from leaderboard.profiles import (
         ProfileError,
@@ -243,6 +250,7 @@ def _cache(settings: Any, stored: list[Any]) -> bool:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
+    from leaderboard.erasure import erasure_barrier
     from leaderboard.profiles import ProfileError, history_of, parse_profile, write_profile
 
     settings = _settings(args)
@@ -258,15 +266,19 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         return _emit(args, answer, render_profile)
     if args.name is None:
         raise UsageError("profile set needs --name (1-32 printable characters)")
-    try:
-        profile = parse_profile(args.player, {"display_name": args.name,
-                                              "country": args.country,
-                                              "avatar_url": args.avatar})
-        stored = write_profile(settings.lake_dir, profile, settings.now(), "cli")
-    except ProfileError as exc:
-        raise UsageError(str(exc)) from None
-    if _cache(settings, [stored]):
-        return 1
+    # The ledger's check (in `write_profile`), the lake's write and the cache's hold the
+    # erasure barrier shared: an erasure between them would finish, and the writes then
+    # bring the id back into the lake and Redis.
+    with erasure_barrier(settings.lake_dir, exclusive=False):
+        try:
+            profile = parse_profile(args.player, {"display_name": args.name,
+                                                  "country": args.country,
+                                                  "avatar_url": args.avatar})
+            stored = write_profile(settings.lake_dir, profile, settings.now(), "cli")
+        except ProfileError as exc:
+            raise UsageError(str(exc)) from None
+        if _cache(settings, [stored]):
+            return 1
     return _emit(args, {"player_id": args.player, "profile": stored.as_dict()}, render_profile)
 
 

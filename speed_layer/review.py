@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import redis
 
-from leaderboard.erasure import ErasureLedger
+from leaderboard.erasure import ErasureLedger, erasure_barrier
 from leaderboard.lake import LandingWriter, WriterBusy
 from leaderboard.quarantine import (
     RELEASE_WRITER,
@@ -116,9 +116,11 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                  wait: float = 10.0) -> tuple[list[Outcome], str | None]:
     """Release the rows `ids` name, at `now`: (an outcome per distinct id, in the order
     given; the fold's error when the rows landed but Redis failed while folding them, which
-    `speed repair` or the next ingest mends)."""
+    `speed repair` or the next ingest mends). The erasure ledger's check (validating the
+    rows again) and the landing hold the erasure barrier shared: an erasure between them
+    would finish, and the release then bring the id back into the lake and Redis."""
     unique = list(dict.fromkeys(ids))
-    with _open_writer(speed, wait) as writer:
+    with erasure_barrier(speed.lake, exclusive=False), _open_writer(speed, wait) as writer:
         rows = find_rows(speed.lake, unique)
         done = released_ids(speed.lake)
         moved = moved_ids(speed.lake)

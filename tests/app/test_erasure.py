@@ -12,7 +12,8 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import redis
 from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
 from oracle import reference_standings
 
+import leaderboard.erasure as erasure_module
 from app.erasure import erase_player
 from jobs.batch import run_batch
 from jobs.release import validate_version
@@ -125,11 +127,20 @@ def _histograms(view: BatchView) -> dict[tuple[str, str], list[tuple]]:
 
 @pytest.fixture
 def world(tmp_path):
+    with _a_world(tmp_path, EXOTIC) as made:
+        yield made
+
+
+@contextmanager
+def _a_world(tmp_path: Path, raw: dict) -> Iterator[tuple[Settings, Any, redis.Redis,
+                                                           SpeedLayer]]:
+    """A data dir with the registry `raw` and a Redis with AOF on (the erasure rewrites
+    its files): (settings, registry, client, speed layer)."""
     data = tmp_path / "data"
     (data / "lake").mkdir(parents=True)
     config = data / "exotic.toml"
-    write_registry(config, EXOTIC)
-    registry = registry_from(EXOTIC)
+    write_registry(config, raw)
+    registry = registry_from(raw)
     with EmbeddedRedis(dir=data / "redis", appendonly=True) as server:
         settings = Settings.from_env({"LEADERBOARD_DATA": str(data),
                                       "LEADERBOARD_CONFIG": str(config),
@@ -363,7 +374,6 @@ def _erasure_waits(monkeypatch: pytest.MonkeyPatch) -> Any:
     import fcntl
     from types import SimpleNamespace
 
-    import leaderboard.erasure as erasure_module
 
     waiting = threading.Event()
 
@@ -403,8 +413,8 @@ class _Meanwhile:
             self.done.set()
 
     def start(self) -> None:
-        if self.seen:
-            return
+        if self.seen or threading.current_thread() is self._thread:
+            return  # started already, or the job's own pass through the patched step
         self._thread.start()
         while not (self.done.wait(0.05) or self.waiting.is_set()):
             pass
@@ -413,20 +423,17 @@ class _Meanwhile:
     def join(self) -> None:
         self._thread.join()
 
-    def before_the_erasures_writes(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Start from the erasure of this thread (the test's), about to write its first
-        rewritten file; the job's own writes (another erasure's) go straight through."""
-        import leaderboard.erasure as erasure_module
-
-        first = threading.current_thread()
-        real = erasure_module.atomic_write_parquet
+    def before_writes_of(self, monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
+        """Start before the first Parquet write of `module` (its `atomic_write_parquet`):
+        for an erasure, about to write its first rewritten file. The job's own writes
+        there (another erasure's) go straight through."""
+        real = module.atomic_write_parquet
 
         def start_then_write(table: pa.Table, path: Path, **kwargs: object) -> None:
-            if threading.current_thread() is first:
-                self.start()
+            self.start()
             real(table, path, **kwargs)
 
-        monkeypatch.setattr(erasure_module, "atomic_write_parquet", start_then_write)
+        monkeypatch.setattr(module, "atomic_write_parquet", start_then_write)
 
 
 def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
@@ -449,7 +456,7 @@ def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
 
     assert {VICTIM, other} <= players()
     second = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, other, settle=0.0))
-    second.before_the_erasures_writes(monkeypatch)
+    second.before_writes_of(monkeypatch, erasure_module)
     erase_player(settings, speed, VICTIM, settle=0.0)
     second.join()
     assert second.errors == []
@@ -544,7 +551,7 @@ def test_retention_during_an_erasure_waits_for_it(tmp_path, monkeypatch):
     as_of = START.date() + timedelta(days=2)
     other = _Meanwhile(monkeypatch, lambda: apply_retention(
         settings.lake_dir, as_of, 1, speed=SpeedWatermark(present=False)))
-    other.before_the_erasures_writes(monkeypatch)
+    other.before_writes_of(monkeypatch, erasure_module)
     erase_player(settings, None, VICTIM, settle=0.0)
     other.join()
     assert other.errors == []
@@ -653,3 +660,88 @@ def test_a_ban_checked_before_an_erasure_waits_for_it_to_be_written(world, monke
     assert eraser.seen == ["waits"]  # the erasure could not run meanwhile
     assert _settled_holding(settings.data_dir) == []
     assert main(["unban", VICTIM]) == 2  # and now the id is refused
+
+
+@pytest.mark.parametrize("door", ["cli", "http"])
+def test_a_profile_write_checked_before_an_erasure_waits_for_it(world, monkeypatch, door):
+    """Regression (review s8, finding 3, the rest): a profile write (`PUT
+    /v1/players/{id}/profile`, `leaderboard profile set`) read the erasure ledger, found
+    the player not erased, then wrote the log and the serving cache outside the erasure
+    barrier: an erasure starting in between finished first, and the write then put the id
+    back into lake/profiles and Redis. The check and both writes now hold the barrier
+    shared. Forced interleaving: the write, checked and about to write its file, starts
+    the erasure and goes on once it has finished (the old code) or waits at the barrier."""
+    import leaderboard.profiles as profiles_module
+    from app.cli import main
+    from app.http import ApiKeys, HttpConfig, create_app
+    from leaderboard.profiles import history_of
+
+    settings, registry, client, speed = world
+    land(settings.lake_dir, registry, _with_victim(random_stream(
+        73, start=START, days=1, duplicate_share=0.0), "p003"), speed=speed)
+    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+    eraser.before_writes_of(monkeypatch, profiles_module)
+    if door == "cli":
+        for name, value in (("LEADERBOARD_DATA", settings.data_dir),
+                            ("LEADERBOARD_CONFIG", settings.data_dir / "exotic.toml"),
+                            ("REDIS_URL", settings.redis_url),
+                            ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
+            monkeypatch.setenv(name, str(value))
+        assert main(["profile", "set", VICTIM, "--name", "Victim"]) == 0
+    else:
+        import warnings
+
+        with warnings.catch_warnings():  # starlette suggests httpx2; httpx is installed
+            warnings.simplefilter("ignore")
+            from fastapi.testclient import TestClient
+        key = "eu-1-key-0123456789abcdef"
+        app = create_app(settings, HttpConfig(keys=ApiKeys.parse({"servers": {"eu-1": key}})),
+                         client=client)
+        with TestClient(app) as http:
+            answer = http.put(f"/v1/players/{VICTIM}/profile", json={"display_name": "Victim"},
+                              headers={"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 200, answer.text
+    eraser.join()
+    assert eraser.errors == []
+    assert history_of(settings.lake_dir, VICTIM) == []
+    assert _redis_holding(client) == []
+    assert _settled_holding(settings.data_dir) == []
+    assert eraser.seen == ["waits"]  # the erasure could not run meanwhile
+
+
+def test_a_quarantine_release_checked_before_an_erasure_waits_for_it(tmp_path, monkeypatch):
+    """Regression (review s8, finding 3, the rest): a release of a quarantined row
+    validated it again against the erasure ledger, then landed and folded it outside the
+    erasure barrier: an erasure starting in between finished first, and the release then
+    put the id back into the lake and Redis. The release now holds the barrier shared.
+    Forced interleaving: the release, its rows validated, starts the erasure and goes on
+    once it has finished (the old code) or waits at the barrier."""
+    import speed_layer.review as review_module
+    from leaderboard.quarantine import list_quarantine
+    from speed_layer.review import release_rows
+
+    limited = {**EXOTIC, "limits": {"grace": "1d", "player_events_per_minute": 1}}
+    with _a_world(tmp_path, limited) as (settings, registry, client, speed):
+        at = day("2026-11-29T10:00:00")
+        land(settings.lake_dir, registry, [
+            {"match_id": f"m{n}", "player_id": VICTIM, "points": 5, "event_time": at,
+             "region": "na", "mode": "ranked", "server_id": "s1", "ingested_at": at}
+            for n in range(2)], speed=speed)
+        [held], _ = list_quarantine(settings.lake_dir, reason="implausible_rate")
+        eraser = _Meanwhile(monkeypatch,
+                            lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+        real = review_module.validate_events
+
+        def validate_then_erase(*args: Any, **kwargs: Any) -> Any:
+            checked = real(*args, **kwargs)
+            eraser.start()
+            return checked
+
+        monkeypatch.setattr(review_module, "validate_events", validate_then_erase)
+        [outcome], fold_error = release_rows(speed, [held.id], day("2026-11-30T12:00:00"))
+        eraser.join()
+        assert eraser.errors == []
+        assert (outcome.status, fold_error) == ("released", None)
+        assert _redis_holding(client) == []
+        assert _settled_holding(settings.data_dir) == []
+        assert eraser.seen == ["waits"]  # the erasure could not run meanwhile

@@ -26,6 +26,7 @@ from app.http.params import PlayerId, json_answer
 from app.http.ratelimit import check_rate
 from app.http.routers.ingest import server_and_body
 from app.http.service import Service, ServiceDep
+from leaderboard.erasure import erasure_barrier
 from leaderboard.profiles import (
     AVATAR_URL_MAX,
     COUNTRY_CODES,
@@ -94,18 +95,21 @@ def _fields(body: bytes) -> dict[str, Any]:
 
 def _save(service: Service, profile: Profile, server_id: str) -> Profile:
     """The lake first (durable), then the serving cache; this worker's cached listings of
-    the player are forgotten."""
-    stored = write_profile(service.settings.lake_dir, profile, service.settings.now(),
-                           server_id)
-    try:
-        service.boards.profiles.store([stored])
-    except redis.RedisError as exc:
-        raise ApiError(503, "unavailable",
-                       f"the profile is saved in the lake, but the serving cache (Redis) is "
-                       f"unavailable ({exc}): send the same request again shortly so "
-                       "listings show it", headers={"Retry-After": "5"}) from None
-    finally:
-        service.cache.forget_players([profile.player_id])
+    the player are forgotten. The erasure ledger's check (in `write_profile`) and both
+    writes hold the erasure barrier shared: an erasure between them would finish, and the
+    writes then bring the id back into the lake and Redis."""
+    lake = service.settings.lake_dir
+    with erasure_barrier(lake, exclusive=False):
+        stored = write_profile(lake, profile, service.settings.now(), server_id)
+        try:
+            service.boards.profiles.store([stored])
+        except redis.RedisError as exc:
+            raise ApiError(503, "unavailable",
+                           f"the profile is saved in the lake, but the serving cache (Redis) "
+                           f"is unavailable ({exc}): send the same request again shortly so "
+                           "listings show it", headers={"Retry-After": "5"}) from None
+        finally:
+            service.cache.forget_players([profile.player_id])
     return stored
 
 
