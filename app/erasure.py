@@ -63,12 +63,10 @@ def unless_erased(lake: Path, player: str | None) -> Iterator[None]:
     result) only if the player is not erased, holding the erasure barrier shared across the
     check and the block: an erasure starting between the two would finish, and the action's
     record then bring the id back into the lake. Raises ErasedPlayer. A whole match's void
-    (no player) names no one: no check, no wait."""
-    if player is None:
-        yield
-        return
+    (no player) is checked against no one, but still waits: its reason may name the player
+    being erased, which the record's write redacts only once the ledger holds the id."""
     with erasure_barrier(lake, exclusive=False):
-        problem = erased_problem(lake, player)
+        problem = None if player is None else erased_problem(lake, player)
         if problem is not None:
             raise ErasedPlayer(problem)
         yield

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from leaderboard.erasure import ErasureLedger, redact_erased
 from leaderboard.lake import atomic_write_parquet
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import to_utc
@@ -34,10 +35,12 @@ def bans_dir(lake: Path) -> Path:
 
 def write_tombstone(lake: Path, player_id: str, action: str, at: datetime,
                     reason: str = "") -> Path:
-    """Write one tombstone file atomically; the name orders tombstones by time."""
+    """Write one tombstone file atomically; the name orders tombstones by time. An erased
+    id in the reason becomes `[erased]`, as the erasure leaves it."""
     if action not in ("ban", "unban"):
         raise ValueError(f"action {action!r} must be 'ban' or 'unban'")
     at = to_utc(at)
+    reason = redact_erased(reason, ErasureLedger.load(lake))
     table = pa.table({"player_id": [player_id], "action": [action], "reason": [reason],
                       "at": pa.array([at], TIMESTAMP)}, schema=BAN_SCHEMA)
     stamp = at.strftime("%Y%m%dT%H%M%S%fZ")

@@ -36,7 +36,7 @@ from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.timeutil import format_instant
 
 __all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "erasure_barrier", "erasure_dir",
-           "record_erasure", "without_player"]
+           "record_erasure", "redact_erased", "without_player"]
 
 #: What a quarantined row of an erased id holds in place of the id: this and the hash.
 ERASED_PREFIX = "erased:"
@@ -156,6 +156,21 @@ def record_erasure(lake: Path, player_id: str, at: datetime) -> str:
 #: What an erased id becomes inside another row's free text (a ban's or void's reason).
 REDACTED = "[erased]"
 
+#: The characters of a player id (ID_PATTERN): an id inside free text is a token, a run of
+#: them not inside a longer one.
+_ID_CHARS = "A-Za-z0-9_.:-"
+_TOKEN = re.compile(f"[{_ID_CHARS}]+")
+
+
+def redact_erased(text: str, ledger: ErasureLedger) -> str:
+    """`text` with every token that is an erased id replaced by REDACTED, as the erasure
+    redacts the free text it finds: an operator's reason or a display name written after
+    an erasure must not bring the id back (the ledger holds only salted hashes, so each
+    token is hashed and looked up)."""
+    if not ledger or not text:
+        return text
+    return _TOKEN.sub(lambda m: REDACTED if ledger.erased(m.group()) else m.group(), text)
+
 
 def without_player(path: Path, player_id: str, *, any_text: bool = False,
                    drop_empty: bool = False, redact: tuple[str, ...] = ()) -> int:
@@ -166,7 +181,7 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
     reason for another player's ban, or for a whole match's void, naming the player).
     Atomic; returns the rows removed or redacted (0: the file is not touched).
     `drop_empty`: a file left without rows is deleted instead."""
-    token = f"(^|[^A-Za-z0-9_.:-]){re.escape(player_id)}($|[^A-Za-z0-9_.:-])"
+    token = f"(^|[^{_ID_CHARS}]){re.escape(player_id)}($|[^{_ID_CHARS}])"
     if not any_text and not redact and not pq.read_table(
             path, columns=["player_id"], filters=[("player_id", "=", player_id)]).num_rows:
         return 0  # the id's column only, pruned by row-group statistics: most files

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from leaderboard.countries import COUNTRIES, country_problem
-from leaderboard.erasure import ErasureLedger, erasure_barrier
+from leaderboard.erasure import ErasureLedger, erasure_barrier, redact_erased
 from leaderboard.lake import atomic_write_parquet, fsync_dir
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import format_instant, to_utc
@@ -192,14 +192,16 @@ def write_profiles(lake: Path, profiles: Sequence[Profile], at: datetime, source
                    ) -> list[Profile]:
     """Append writes of many profiles as one file of the log (an import: one fsync, not
     one per player); later profiles of the same player in `profiles` win. ProfileError
-    `erased`, writing nothing, when one names an erased player."""
+    `erased`, writing nothing, when one is of an erased player; an erased id inside a
+    display name becomes `[erased]`, as the erasure leaves it."""
     if not profiles:
         return []
     erased = ErasureLedger.load(lake)
     for profile in profiles:
         check_not_erased(erased, profile.player_id)
     at = to_utc(at)
-    stored = [Profile(p.player_id, p.display_name, p.country, p.avatar_url, at, order)
+    stored = [Profile(p.player_id, redact_erased(p.display_name, erased), p.country,
+                      p.avatar_url, at, order)
               for p, order in zip(profiles, _orders(at, len(profiles)), strict=True)]
     write_ids = [uuid.uuid4().hex for _ in stored]
     table = pa.table({"player_id": [p.player_id for p in stored],

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from leaderboard.erasure import ErasureLedger, redact_erased
 from leaderboard.lake import atomic_write_parquet
 from leaderboard.schema import TIMESTAMP
 from leaderboard.timeutil import to_utc
@@ -122,8 +123,10 @@ def voids_dir(lake: Path) -> Path:
 
 def write_void(lake: Path, match_id: str, player_id: str | None, at: datetime,
                reason: str = "") -> Path:
-    """Write one void file atomically; the name orders voids by time."""
+    """Write one void file atomically; the name orders voids by time. An erased id in the
+    reason becomes `[erased]`, as the erasure leaves it."""
     at = to_utc(at)
+    reason = redact_erased(reason, ErasureLedger.load(lake))
     table = pa.table({"match_id": [match_id], "player_id": pa.array([player_id], pa.string()),
                       "reason": [reason], "at": pa.array([at], TIMESTAMP)}, schema=VOID_SCHEMA)
     stamp = at.strftime("%Y%m%dT%H%M%S%fZ")

@@ -35,7 +35,7 @@ from leaderboard.bans import write_tombstone
 from leaderboard.batch_view import BatchView
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import list_versions, read_current
-from leaderboard.profiles import parse_profile, write_profile
+from leaderboard.profiles import history_of, parse_profile, write_profile
 from leaderboard.redis_server import EmbeddedRedis
 from leaderboard.settings import Settings
 from serving.service import Leaderboards
@@ -308,7 +308,6 @@ def test_an_operators_free_text_naming_the_player_is_redacted(world):
     case-insensitive now, so the index's lowercased copy counts."""
     from leaderboard.bans import read_tombstones
     from leaderboard.erasure import REDACTED
-    from leaderboard.profiles import history_of
     from leaderboard.voids import read_voids
     from serving.profiles import ProfileCache
 
@@ -336,6 +335,39 @@ def test_an_operators_free_text_naming_the_player_is_redacted(world):
     assert void.reason == f"{REDACTED} used an aimbot"
     assert [p.display_name for p in history_of(lake, "p005")] == [f"fan of {REDACTED}"]
 
+
+
+def test_free_text_naming_an_erased_id_written_afterwards_is_redacted(world, monkeypatch):
+    """Regression (noted in session 8): a ban's or a void's reason, or a display name,
+    written after the erasure and naming the erased id put the id back into the lake (and
+    the name into Redis), for good: no later erasure runs for it. Each write redacts it as
+    the erasure would have: HTTP and CLI alike (the lake's writers do it)."""
+    from app.cli import main
+    from leaderboard.bans import read_tombstones
+    from leaderboard.erasure import REDACTED
+    from leaderboard.voids import read_voids
+
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    land(lake, registry, _with_victim(random_stream(74, start=START, days=1,
+                                                    duplicate_share=0.0), "p003"), speed=speed)
+    erase_player(settings, speed, VICTIM, settle=0.0)
+    for name, value in (("LEADERBOARD_DATA", settings.data_dir),
+                        ("LEADERBOARD_CONFIG", settings.data_dir / "exotic.toml"),
+                        ("REDIS_URL", settings.redis_url),
+                        ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
+        monkeypatch.setenv(name, str(value))
+    assert main(["ban", "p004", "--reason", f"alt of {VICTIM}"]) == 0
+    assert main(["void", "m74-1", "--reason", f"{VICTIM} boosted it"]) == 0
+    assert main(["profile", "set", "p005", "--name", f"fan of {VICTIM}"]) == 0
+
+    assert _redis_holding(client) == []
+    assert _settled_holding(settings.data_dir) == []
+    [ban] = [t for t in read_tombstones(lake).to_pylist() if t["player_id"] == "p004"]
+    assert ban["reason"] == f"alt of {REDACTED}"
+    [void] = [v for v in read_voids(lake) if v.match_id == "m74-1"]
+    assert void.reason == f"{REDACTED} boosted it"
+    assert [p.display_name for p in history_of(lake, "p005")] == [f"fan of {REDACTED}"]
 
 def test_an_erasure_on_a_redis_cluster_rewrites_every_nodes_files(redis_cluster, tmp_path):
     """Regression (audit of issue 12): on a Redis Cluster with AOF on, the erasure died at
@@ -600,7 +632,7 @@ def test_an_erasure_during_a_profile_log_compaction_waits_for_it(world, monkeypa
     compaction starts the erasure and goes on once it has finished (the old code) or waits
     at the barrier."""
     import leaderboard.profiles as profiles_module
-    from leaderboard.profiles import compact_log, history_of, profiles_dir
+    from leaderboard.profiles import compact_log, profiles_dir
 
     settings, _registry, _client, speed = world
     lake = settings.lake_dir
@@ -674,7 +706,6 @@ def test_a_profile_write_checked_before_an_erasure_waits_for_it(world, monkeypat
     import leaderboard.profiles as profiles_module
     from app.cli import main
     from app.http import ApiKeys, HttpConfig, create_app
-    from leaderboard.profiles import history_of
 
     settings, registry, client, speed = world
     land(settings.lake_dir, registry, _with_victim(random_stream(

@@ -7,7 +7,13 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from leaderboard.erasure import ErasureLedger, record_erasure, without_player
+from leaderboard.erasure import (
+    REDACTED,
+    ErasureLedger,
+    record_erasure,
+    redact_erased,
+    without_player,
+)
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -32,6 +38,26 @@ def test_a_rewrite_takes_the_id_as_a_token_not_inside_longer_ids(tmp_path):
     assert without_player(path, "a", any_text=True) == 3
     assert pq.read_table(path).column("player_id").to_pylist() == ["alice"]
 
+
+
+def test_text_written_after_an_erasure_loses_the_id_as_a_token(tmp_path):
+    """Free text written after an erasure (a reason, a display name) loses the erased id
+    where the erasure's own pass would have taken it: as a token, every time, in its case;
+    not inside a longer id, and nothing with an empty ledger."""
+    assert redact_erased("smurf of a.b", ErasureLedger.load(tmp_path)) == "smurf of a.b"
+    record_erasure(tmp_path, "a.b", AT)
+    ledger = ErasureLedger.load(tmp_path)
+    assert redact_erased("smurf of a.b,a.b (a.b)", ledger) == (
+        f"smurf of {REDACTED},{REDACTED} ({REDACTED})")
+    assert redact_erased("a.bc xa.b A.B a b", ledger) == "a.bc xa.b A.B a b"
+    assert redact_erased("", ledger) == ""
+    # The same tokens as the erasure's rewrite: what one redacts, the other does.
+    text = "a.b:1 -a.b a.b! é a.b"
+    assert redact_erased(text, ledger) == f"a.b:1 -a.b {REDACTED}! é {REDACTED}"
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"player_id": ["z"], "reason": [text]}), path)
+    without_player(path, "a.b", redact=("reason",))
+    assert pq.read_table(path).column("reason").to_pylist() == [redact_erased(text, ledger)]
 
 def test_a_file_left_empty_is_deleted_when_asked(tmp_path):
     """Regression: an emptied quarantine file broke the quarantine listing (an empty
