@@ -51,6 +51,14 @@ def _with_victim(events: list[dict], stand_in: str) -> list[dict]:
     return [dict(e, player_id=VICTIM) if e["player_id"] == stand_in else e for e in events]
 
 
+def _land_victim(settings: Settings, speed: SpeedLayer | None, seed: int, *,
+                 days: int) -> None:
+    """Land `days` days of a random stream from START in which p003 is the victim, folded
+    into `speed` too when given."""
+    land(settings.lake_dir, settings.registry, _with_victim(random_stream(
+        seed, start=START, days=days, duplicate_share=0.0), "p003"), speed=speed)
+
+
 def _holding(data: Path) -> list[str]:
     """Every file under the data dir holding the id, in any case (the name index holds it
     lowercased): as bytes anywhere, or (Parquet, whose pages may be compressed) in any
@@ -108,6 +116,15 @@ def _redis_holding(client: redis.Redis) -> list[str]:
     return found
 
 
+def _as_the_cli(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+    """The CLI's environment naming the world's data dir, registry, Redis and clock."""
+    for name, value in (("LEADERBOARD_DATA", settings.data_dir),
+                        ("LEADERBOARD_CONFIG", settings.data_dir / "exotic.toml"),
+                        ("REDIS_URL", settings.redis_url),
+                        ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
+        monkeypatch.setenv(name, str(value))
+
+
 def _standings(view: BatchView) -> dict[tuple[str, str], list[tuple]]:
     found = {}
     for board, window_id in view.windows():
@@ -156,8 +173,7 @@ def test_erasure_leaves_no_byte_of_the_id_and_everyone_elses_ranks_right(world, 
     lake = settings.lake_dir
     # No re-deliveries past the door's horizon: the speed layer would count those twice
     # until the next batch (the documented lambda trade), which is not what this checks.
-    land(lake, registry, _with_victim(random_stream(61, start=START, days=2,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 61, days=2)
     write_tombstone(lake, VICTIM, "ban", day("2026-11-28T12:00:00"), reason="suspected")
     write_tombstone(lake, VICTIM, "unban", day("2026-11-29T01:00:00"), reason="appeal")
     run_batch(settings, date(2026, 11, 28))
@@ -234,8 +250,7 @@ def test_no_server_answers_from_an_old_version_once_the_erasure_returns(world):
     keys still there) while it waits, and from the erased version after."""
     settings, registry, client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(63, start=START, days=2,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 63, days=2)
     run_batch(settings, date(2026, 11, 29))
     old = speed.rebase(read_current(lake))
     clock = [0.0]
@@ -268,10 +283,9 @@ def test_an_erasure_killed_before_its_manifest_leaves_files_the_nightly_sweep_re
     import leaderboard.manifest as manifest_module
     from jobs.sweep import sweep_dead_runs
 
-    settings, registry, _client, speed = world
+    settings, _registry, _client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(64, start=START, days=2,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 64, days=2)
     run_batch(settings, date(2026, 11, 29))
     live = read_current(lake)
     real = manifest_module.atomic_write_bytes
@@ -311,10 +325,9 @@ def test_an_operators_free_text_naming_the_player_is_redacted(world):
     from leaderboard.voids import read_voids
     from serving.profiles import ProfileCache
 
-    settings, registry, client, speed = world
+    settings, _registry, client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(65, start=START, days=1,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 65, days=1)
     at = day("2026-11-30T10:00:00")
     write_tombstone(lake, "p004", "ban", at, reason=f"smurf of {VICTIM},{VICTIM}")
     speed.void("m-other", None, at, f"{VICTIM} used an aimbot")
@@ -347,16 +360,11 @@ def test_free_text_naming_an_erased_id_written_afterwards_is_redacted(world, mon
     from leaderboard.erasure import REDACTED
     from leaderboard.voids import read_voids
 
-    settings, registry, client, speed = world
+    settings, _registry, client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(74, start=START, days=1,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 74, days=1)
     erase_player(settings, speed, VICTIM, settle=0.0)
-    for name, value in (("LEADERBOARD_DATA", settings.data_dir),
-                        ("LEADERBOARD_CONFIG", settings.data_dir / "exotic.toml"),
-                        ("REDIS_URL", settings.redis_url),
-                        ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
-        monkeypatch.setenv(name, str(value))
+    _as_the_cli(monkeypatch, settings)
     assert main(["ban", "p004", "--reason", f"alt of {VICTIM}"]) == 0
     assert main(["void", "m74-1", "--reason", f"{VICTIM} boosted it"]) == 0
     assert main(["profile", "set", "p005", "--name", f"fan of {VICTIM}"]) == 0
@@ -468,6 +476,12 @@ class _Meanwhile:
         monkeypatch.setattr(module, "atomic_write_parquet", start_then_write)
 
 
+def _an_eraser(monkeypatch: pytest.MonkeyPatch, settings: Settings,
+               speed: SpeedLayer | None) -> _Meanwhile:
+    """The victim's erasure, to run meanwhile."""
+    return _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+
+
 def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
     """Regression (audit of issue 12): two erasures at once (two DELETE requests: the
     route runs in a thread pool) each read a file and wrote it back without their own
@@ -476,10 +490,9 @@ def test_two_erasures_at_once_each_remove_their_player(world, monkeypatch):
     erasure, about to write its first rewritten file, starts the second and goes on once
     the second has finished (the old code: the first then wrote back the second's player)
     or waits at the barrier."""
-    settings, registry, _client, speed = world
+    settings, _registry, _client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(67, start=START, days=1,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 67, days=1)
     other = "p004"
 
     def players() -> set[str]:
@@ -508,12 +521,11 @@ def test_an_erasure_during_a_batch_run_waits_and_leaves_no_byte_in_its_version(
     erasure and goes on once it has finished (the old code) or waits at the barrier."""
     import jobs.batch as batch_module
 
-    settings, registry, _client, speed = world
+    settings, _registry, _client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(68, start=START, days=2,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 68, days=2)
     run_batch(settings, date(2026, 11, 28))
-    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+    eraser = _an_eraser(monkeypatch, settings, speed)
     real = batch_module.checkpoint
 
     def erase_meanwhile(name: str) -> None:
@@ -541,12 +553,11 @@ def test_an_erasure_during_a_compaction_waits_for_it(world, monkeypatch):
     from jobs.compact import SpeedWatermark, compact_partition
     from leaderboard.manifest import watermark_for
 
-    settings, registry, _client, speed = world
+    settings, _registry, _client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(69, start=START, days=2,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 69, days=2)
     run_batch(settings, date(2026, 11, 28))
-    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+    eraser = _an_eraser(monkeypatch, settings, speed)
     real = compact_module._write_target
 
     def erase_meanwhile(lake_dir: Path, record: dict) -> Path:
@@ -603,10 +614,9 @@ def test_the_name_search_index_forgets_an_erased_player(world):
     other players' names stay."""
     from serving.profiles import NAMES_KEY, ProfileCache
 
-    settings, registry, client, speed = world
+    settings, _registry, client, speed = world
     lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(71, start=START, days=1,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
+    _land_victim(settings, speed, 71, days=1)
     cache = ProfileCache(client, lake)
     at = day("2026-11-30T10:00:00")
     stored = [write_profile(lake, parse_profile(player, {"display_name": name}), at, "t")
@@ -639,7 +649,7 @@ def test_an_erasure_during_a_profile_log_compaction_waits_for_it(world, monkeypa
     at = day("2026-11-30T10:00:00")
     write_profile(lake, parse_profile(VICTIM, {"display_name": "Victim"}), at, "t")
     write_profile(lake, parse_profile("p005", {"display_name": f"fan of {VICTIM}"}), at, "t")
-    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+    eraser = _an_eraser(monkeypatch, settings, speed)
     real = profiles_module._unique
 
     def erase_meanwhile(tables: list[pa.Table]) -> pa.Table:
@@ -669,16 +679,10 @@ def test_a_ban_checked_before_an_erasure_waits_for_it_to_be_written(world, monke
     import speed_layer.service as service_module
     from app.cli import main
 
-    settings, registry, _client, speed = world
-    lake = settings.lake_dir
-    land(lake, registry, _with_victim(random_stream(72, start=START, days=1,
-                                                    duplicate_share=0.0), "p003"), speed=speed)
-    for name, value in (("LEADERBOARD_DATA", settings.data_dir),  # the CLI's, as the world's
-                        ("LEADERBOARD_CONFIG", settings.data_dir / "exotic.toml"),
-                        ("REDIS_URL", settings.redis_url),
-                        ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
-        monkeypatch.setenv(name, str(value))
-    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+    settings, _registry, _client, speed = world
+    _land_victim(settings, speed, 72, days=1)
+    _as_the_cli(monkeypatch, settings)
+    eraser = _an_eraser(monkeypatch, settings, speed)
     real = service_module.write_tombstone
 
     def erase_meanwhile(*args: Any, **kwargs: Any) -> Any:
@@ -707,17 +711,12 @@ def test_a_profile_write_checked_before_an_erasure_waits_for_it(world, monkeypat
     from app.cli import main
     from app.http import ApiKeys, HttpConfig, create_app
 
-    settings, registry, client, speed = world
-    land(settings.lake_dir, registry, _with_victim(random_stream(
-        73, start=START, days=1, duplicate_share=0.0), "p003"), speed=speed)
-    eraser = _Meanwhile(monkeypatch, lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+    settings, _registry, client, speed = world
+    _land_victim(settings, speed, 73, days=1)
+    eraser = _an_eraser(monkeypatch, settings, speed)
     eraser.before_writes_of(monkeypatch, profiles_module)
     if door == "cli":
-        for name, value in (("LEADERBOARD_DATA", settings.data_dir),
-                            ("LEADERBOARD_CONFIG", settings.data_dir / "exotic.toml"),
-                            ("REDIS_URL", settings.redis_url),
-                            ("LEADERBOARD_NOW", "2026-11-30T12:00:00Z")):
-            monkeypatch.setenv(name, str(value))
+        _as_the_cli(monkeypatch, settings)
         assert main(["profile", "set", VICTIM, "--name", "Victim"]) == 0
     else:
         import warnings
@@ -759,8 +758,7 @@ def test_a_quarantine_release_checked_before_an_erasure_waits_for_it(tmp_path, m
              "region": "na", "mode": "ranked", "server_id": "s1", "ingested_at": at}
             for n in range(2)], speed=speed)
         [held], _ = list_quarantine(settings.lake_dir, reason="implausible_rate")
-        eraser = _Meanwhile(monkeypatch,
-                            lambda: erase_player(settings, speed, VICTIM, settle=0.0))
+        eraser = _an_eraser(monkeypatch, settings, speed)
         real = review_module.validate_events
 
         def validate_then_erase(*args: Any, **kwargs: Any) -> Any:
