@@ -25,6 +25,7 @@ from leaderboard.calendar import WindowError
 from leaderboard.lake import WriterBusy
 from leaderboard.registry import RegistryError
 from leaderboard.settings import Settings, SettingsError
+from leaderboard.timeutil import format_instant
 
 __all__ = ["main"]
 
@@ -449,18 +450,21 @@ def _cmd_void(args: argparse.Namespace) -> int:
     speed = _require_speed(settings)
     with _not_erased(settings, args.player):
         applied = speed.void_applied(args.match, args.player, settings.now(), args.reason)
-    players, limit = applied.players, applied.limit
+    players, limit, earlier = applied.players, applied.limit, applied.earlier
     if args.json:
-        print(json.dumps({"match_id": args.match, "player_id": args.player,
-                          "status": "voided", "players": players,
-                          "not_removed": None if limit is None else limit.as_dict()}))
+        print(json.dumps(applied.as_dict(args.match, args.player)))
+        return 0
+    whose = f"{args.player}'s result in " if args.player else ""
+    if earlier is not None:
+        out.print(f"already voided: {earlier.describe()} at {format_instant(earlier.at)} "
+                  f"(reason: {earlier.reason or '(none)'}); nothing new is recorded, nothing "
+                  "changed")
     else:
-        whose = f"{args.player}'s result in " if args.player else ""
-        out.print(f"voided {whose}match {args.match}: {len(players)} player(s) recomputed on "
-                  "the live boards" + ("" if players or limit is not None else
-                                       " (not landed yet: its events will not count)"))
-        if limit is not None:
-            out.print(limit.message())
+        out.print(f"voided {whose}match {args.match}: {len(players)} player(s)' live standings "
+                  "changed" + ("" if applied.landed else
+                               " (not landed yet: its events will not count)"))
+    if limit is not None:
+        out.print(limit.message())
     return 0
 
 

@@ -182,11 +182,24 @@ class SpeedStatus:
 
 @dataclass(frozen=True)
 class VoidApplied:
-    """A void's answer: the players recomputed on the live boards, and what it could not
-    remove (None: everything it names is removed, or will be when it lands)."""
+    """A void's answer: the players whose live standings changed, and what it could not
+    remove (None: everything it names is removed, or will be when it lands). `earlier`:
+    the void already recorded that covers this one (the same result, or its whole match),
+    when there is one: nothing new is recorded and nothing changes. `landed`: some event
+    of it is in the lake (else it waits for them: they will not count)."""
 
     players: list[str]
     limit: VoidLimit | None
+    earlier: Void | None = None
+    landed: bool = True
+
+    def as_dict(self, match_id: str, player_id: str | None) -> dict[str, object]:
+        """The answer of `POST /v1/admin/voids` and `leaderboard void --json`."""
+        return {"match_id": match_id, "player_id": player_id,
+                "status": "voided" if self.earlier is None else "already_voided",
+                "players": self.players,
+                "not_removed": None if self.limit is None else self.limit.as_dict(),
+                "earlier": None if self.earlier is None else self.earlier.as_dict()}
 
 
 @dataclass(frozen=True)
@@ -906,11 +919,26 @@ class SpeedLayer:
         """`void`, and what it could not remove (results on dates retention deleted raw
         events of: `VoidLimit`), for the operator's answer."""
         void = Void(match_id, player_id, reason, at)
-        write_void(self.lake, match_id, player_id, at, reason)
+        voids = read_voids(self.lake)
+        earlier = next((v for v in voids if v.match_id == match_id
+                        and v.player_id in (None, player_id)), None)
+        if earlier is None:
+            write_void(self.lake, match_id, player_id, at, reason)
         self.sync_voids()
         version = self.current()
         rows = self._void_rows(void)
-        players = self._apply_void(version, void, rows)
+        if earlier is None:
+            # A player whose result here a void of their own already took changes nothing.
+            covered = {v.player_id for v in voids if v.match_id == match_id}
+            players = [p for p in self._apply_void(version, void, rows) if p not in covered]
+        else:
+            # Applied to this version already (the usual case): nothing changes. Not yet
+            # (its first application failed part-way): applied now, as `apply_voids` would.
+            done = {_text(v) for v in self.client.smembers(voids_key(version.tag))}
+            key = f"{earlier.match_id}\x00{earlier.player_id or ALL_PLAYERS}"
+            missed = key not in done and (version.watermark is None
+                                          or earlier.at >= version.watermark)
+            players = self._apply_void(version, earlier) if missed else []
         limit = self._void_limit(version, void, rows)
         if limit is not None and rows is not None:
             # A player all of whose named rows stay (`limit.kept`: absorbed, on a date at or
@@ -922,7 +950,7 @@ class SpeedLayer:
                                           rows.column("ingested_at").to_pylist(), strict=True)
                     if mark is None or at >= mark or (p, d) not in stays}
             players = [p for p in players if p in lost]
-        return VoidApplied(players, limit)
+        return VoidApplied(players, limit, earlier, landed=rows is not None)
 
     def _void_rows(self, void: Void) -> pa.Table | None:
         """Every landed row `void` names (None: none in the lake)."""

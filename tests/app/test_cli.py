@@ -201,6 +201,12 @@ def test_void_drops_a_result_from_the_live_board_and_lists_it(served, capsys):
     assert (code, voided["players"]) == (0, ["alice"])
     code, voided = run_json(capsys, "void", "l1", "--player", "dave", "--reason", "typo")
     assert (code, voided["players"]) == (0, ["dave"])
+    # Again: nothing recorded, nothing changed, and the sentence says so (it said "1
+    # player(s) recomputed").
+    assert main(["void", "l1", "--player", "dave", "--reason", "typo again"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert said.startswith("already voided: dave's result in match l1 at "), said
+    assert "(reason: typo); nothing new is recorded, nothing changed" in said, said
     code, top = run_json(capsys, "top", "global")
     assert [(e["player_id"], e["score"]) for e in top["entries"]] == [
         ("bob", 8), ("carol", 6), ("dave", 4), ("erin", 2)]

@@ -587,9 +587,17 @@ def test_a_void_drops_the_result_at_once_and_is_listed(world):
     voided = world.client.post("/v1/admin/voids", json=action, headers={"X-Admin-Key": ADMIN})
     assert voided.status_code == 200, voided.text
     assert voided.json() == {"match_id": best["match_id"], "player_id": name,
-                             "status": "voided", "players": [name], "not_removed": None}
+                             "status": "voided", "players": [name], "not_removed": None,
+                             "earlier": None}
     after = world.client.get(f"/v1/boards/global/players/{name}").json()
     assert after["score"] == leader["score"] - best["points"]
+    # The same void again (a retried request, another reason): nothing is recorded and
+    # nothing changes; the answer names the void that stands (it said `players: [name]`).
+    again = world.client.post("/v1/admin/voids", json=dict(action, reason="retry"),
+                              headers={"X-Admin-Key": ADMIN}).json()
+    assert (again["status"], again["players"]) == ("already_voided", [])
+    assert (again["earlier"]["reason"], again["earlier"]["player_id"]) == ("exploit", name)
+    assert world.client.get(f"/v1/boards/global/players/{name}").json() == after
     early = world.client.post("/v1/admin/voids", json={"match_id": "not-landed-yet",
                                                        "reason": "bad server"},
                               headers={"X-Admin-Key": ADMIN})

@@ -121,6 +121,49 @@ def test_voids_apply_at_once_exactly_for_every_aggregation(world, redis_client):
     assert_served_as_reference(lake, registry, redis_client)
 
 
+def test_a_void_recorded_already_changes_nothing_and_a_half_applied_one_is_applied(
+        world, redis_client, monkeypatch):
+    """Regression (noted in session 8): the same void again (a retried request) wrote a
+    second record and answered every player of it as changed. Now nothing is recorded,
+    `players` is empty and `earlier` names the void that stands; a whole match's void
+    leaves out the players a void of their own result already took. A void recorded but
+    not applied (Redis failed while it recomputed) is applied by the retry, which then
+    names its players."""
+    from leaderboard.voids import read_voids
+
+    lake, registry, speed, _settings = world
+    ingest(speed, lake, registry, random_stream(56, start=START, days=1, duplicate_share=0.0))
+    events = absorbed_events(lake, None)
+    match, (single, player) = _pick(events)
+    everyone = sorted({e["player_id"] for e in events if e["match_id"] == match})
+    at = day("2026-11-29T01:00:00")
+    assert speed.void(match, everyone[0], at, "first") == [everyone[0]]
+    again = speed.void_applied(match, everyone[0], at, "again")
+    assert again.players == []
+    assert again.earlier is not None
+    assert again.earlier.reason == "first"
+    whole = speed.void_applied(match, None, at, "whole")
+    assert (whole.earlier, whole.players) == (None, everyone[1:])
+    covered = speed.void_applied(match, everyone[1], at, "late")
+    assert covered.players == []
+    assert covered.earlier is not None
+    assert covered.earlier.player_id is None
+    assert len(read_voids(lake)) == 2
+    assert_served_as_reference(lake, registry, redis_client)
+
+    def redis_fails(*_args: object) -> None:
+        raise redis.ConnectionError("injected")
+
+    monkeypatch.setattr(speed, "_recompute", redis_fails)
+    with pytest.raises(redis.ConnectionError):
+        speed.void(single, player, at, "exploit")
+    monkeypatch.undo()
+    retried = speed.void_applied(single, player, at, "exploit")
+    assert retried.earlier is not None
+    assert retried.players == [player]
+    assert len(read_voids(lake)) == 3
+    assert_served_as_reference(lake, registry, redis_client)
+
 def test_a_void_racing_a_live_fold_leaves_none_of_its_rows(world, redis_client):
     """The void runs while a file naming its match is being folded with the voids read
     before it: none of the match's rows count, in any board-window."""
@@ -316,7 +359,9 @@ def test_voids_on_a_direct_min_board_with_earliest_ties(tmp_path, redis_client):
     assert_served_as_reference(lake, registry, redis_client)
     assert speed.void("r4", "cy", at, "cut the track") == ["cy"]  # a speed lap
     assert_served_as_reference(lake, registry, redis_client)
-    assert sorted(speed.void("r2", None, at, "bad server")) == ["ann", "cy"]  # laps, event
+    # The match: cy's lap and event; ann's lap there went with her own void above, so her
+    # standing does not change (the answer named her too before session 9).
+    assert speed.void("r2", None, at, "bad server") == ["cy"]
     assert_served_as_reference(lake, registry, redis_client)
     speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)
     assert_served_as_reference(lake, registry, redis_client)

@@ -573,8 +573,13 @@
       const answer = await api("/v1/admin/voids", { method: "POST", headers: adminJson(),
         body: JSON.stringify({ match_id: asked.match, player_id: asked.player || null,
                                reason: asked.reason }) });
-      return `${answer.match_id}${answer.player_id ? " / " + answer.player_id : ""}: ` +
-        `${answer.status} (${num(answer.players.length)} player(s) recomputed)`;
+      const what = `${answer.match_id}${answer.player_id ? " / " + answer.player_id : ""}: `;
+      if (answer.earlier) {
+        return what + `already voided at ${answer.earlier.at} (reason: ` +
+          `${answer.earlier.reason || "none"}); nothing changed`;
+      }
+      return what + `voided (${num(answer.players.length)} player(s)' live standings changed)` +
+        (answer.not_removed ? ". " + answer.not_removed.message : "");
     });
     irreversible("erase", () => {
       const player = $("#erase-player").value.trim();

@@ -130,14 +130,14 @@ def void(service: AdminDep, action: VoidDep) -> dict[str, Any]:
     that has not landed yet). `not_removed` (null when nothing is left): after retention,
     the results on event dates whose raw events it deleted, which neither the live boards
     nor any batch can remove (`results`, `line`, a `message` to show), or `unseen` when no
-    raw event of the void is left in the lake at all."""
+    raw event of the void is left in the lake at all. A void already recorded for the same
+    result or its whole match answers `status: already_voided` with that void as `earlier`
+    (nothing new is recorded, `players` is empty): a retried request changes nothing."""
     with _not_erased(service, action.player_id):
         applied = service.speed.void_applied(action.match_id, action.player_id,
                                              service.settings.now(), action.reason)
     service.cache.clear()
-    return {"match_id": action.match_id, "player_id": action.player_id, "status": "voided",
-            "players": applied.players,
-            "not_removed": None if applied.limit is None else applied.limit.as_dict()}
+    return applied.as_dict(action.match_id, action.player_id)
 
 
 @router.get("/v1/admin/voids", summary="List the voids, newest first")

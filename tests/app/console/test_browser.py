@@ -274,6 +274,14 @@ def test_void_and_erase_ask_to_confirm_first(server, browser, capsys):
     _wait(browser, lambda d: "m5-0: voided" in _text(d, "#void-result"), 20, "the void done")
     voids = httpx.get(f"{base}/v1/admin/voids", headers={"X-Admin-Key": server.keys.admin})
     assert [v["match_id"] for v in voids.json()["voids"]] == ["m5-0"]
+    # The same void again: the answer says it stood already; nothing new is recorded.
+    browser.find_element(By.CSS_SELECTOR, "#void button[type='submit']").click()
+    browser.find_element(By.ID, "void-yes").click()
+    _wait(browser, lambda d: "m5-0: already voided at" in _text(d, "#void-result"), 20,
+          "the second void answered")
+    assert "(reason: exploit); nothing changed" in _text(browser, "#void-result")
+    voids = httpx.get(f"{base}/v1/admin/voids", headers={"X-Admin-Key": server.keys.admin})
+    assert voids.json()["total"] == 1
     # Erase: the confirm button waits for the id typed again.
     top = httpx.get(f"{base}/v1/boards/global/top", params={"n": 1}).json()
     leader = top["entries"][0]["player_id"]
