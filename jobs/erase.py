@@ -55,7 +55,7 @@ class LakeErasure:
 
     rows: int = 0  # rows removed, every kind of file together
     files: int = 0  # files rewritten or deleted
-    versions: int = 0  # manifests updated
+    versions: int = 0  # manifests rewritten (those holding the player)
     windows: int = 0  # standings windows re-ranked
     by_kind: dict[str, int] = field(default_factory=dict)
 
@@ -193,19 +193,26 @@ def _rollup_entry(lake: Path, path: str, day: Any) -> tuple[int, int, int]:
 def _versions(lake: Path, player: str, rollups: set[str],
               standings: dict[tuple[str, str], tuple[int, int]],
               histograms: dict[tuple[str, str], int], report: LakeErasure) -> None:
-    """Bring every manifest (published, sealed or set aside) in line with its files."""
+    """Bring every manifest (published, sealed or set aside) whose files the pass rewrote,
+    or whose bans name the player, in line with its files; the others are left as they are
+    (an id the lake never held rewrote every manifest and answered them all)."""
     for path in sorted(manifests_dir(lake).glob("*.json*")):
         if path.name == "current.json":
             continue
         manifest = Manifest.from_json(path.read_text())
         index = pq.read_table(lake / manifest.index["rollups"]["path"])
         entries = index.to_pylist()
+        table = manifest.standings(lake).to_pylist()
+        if not (player in manifest.inputs.get("banned", [])
+                or any(str(lake / e["path"]) in rollups for e in entries)
+                or any((e["path"], e["window_id"]) in standings
+                       or (e["histogram"], e["window_id"]) in histograms for e in table)):
+            continue
         for entry in entries:
             if str(lake / entry["path"]) in rollups:
                 entry["rows"], entry["events"], entry["points"] = _rollup_entry(
                     lake, entry["path"], entry["event_date"])
         rollup_index = pa.Table.from_pylist(entries, schema=index.schema)
-        table = manifest.standings(lake).to_pylist()
         for entry in table:
             key = (entry["path"], entry["window_id"])
             if key in standings:

@@ -241,6 +241,28 @@ def test_erasure_leaves_no_byte_of_the_id_and_everyone_elses_ranks_right(world, 
     assert _settled_holding(settings.data_dir) == []
 
 
+
+def test_erasing_an_id_the_lake_never_held_rewrites_no_version(world):
+    """Regression (noted in session 8): erasing an id the lake never held rewrote every
+    manifest and its indexes (the same content, new files) and answered them all as
+    `versions`. Now no version is touched and the answer counts none."""
+    settings, _registry, _client, speed = world
+    lake = settings.lake_dir
+    _land_victim(settings, speed, 75, days=1)
+    run_batch(settings, date(2026, 11, 28))
+    run_batch(settings, date(2026, 11, 28), publish=False)  # a second, sealed version
+
+    def versions() -> dict[str, tuple[int, bytes]]:
+        return {str(p.relative_to(lake)): (p.stat().st_mtime_ns, p.read_bytes())
+                for p in (lake / "manifests").rglob("*") if p.is_file()}
+
+    before = versions()
+    result = erase_player(settings, speed, "never-seen-1", settle=0.0)
+    assert (result["lake"]["rows"], result["lake"]["versions"]) == (0, 0)
+    assert versions() == before
+    # The victim's erasure still rewrites both.
+    assert erase_player(settings, speed, VICTIM, settle=0.0)["lake"]["versions"] == 2
+
 def test_no_server_answers_from_an_old_version_once_the_erasure_returns(world):
     """Regression (a CI run: the console's erase confirmed, then the player still `ranked`):
     a server reuses the version pointer it read for a second, so right after an erasure it
