@@ -19,7 +19,8 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,8 +36,8 @@ import pyarrow.parquet as pq
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.timeutil import format_instant
 
-__all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "erasure_barrier", "erasure_dir",
-           "record_erasure", "redact_erased", "without_player"]
+__all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "ErasureRunning", "erasure_barrier",
+           "erasure_dir", "record_erasure", "redact_erased", "without_player"]
 
 #: What a quarantined row of an erased id holds in place of the id: this and the hash.
 ERASED_PREFIX = "erased:"
@@ -46,8 +47,14 @@ def erasure_dir(lake: Path) -> Path:
     return lake / "erasure"
 
 
+class ErasureRunning(Exception):
+    """The erasure barrier stayed held for longer than a caller would wait (`erasure_barrier`
+    with `wait`): an erasure is running."""
+
+
 @contextmanager
-def erasure_barrier(lake: Path, *, exclusive: bool, create: bool = True) -> Iterator[None]:
+def erasure_barrier(lake: Path, *, exclusive: bool, create: bool = True,
+                    wait: float | None = None) -> Iterator[None]:
     """Hold the lake's erasure barrier for the block: exclusive for an erasure, shared for
     a job that reads and rewrites the files an erasure rewrites (a batch run, a
     compaction). Without it two erasures read a file, each wrote it back without its own
@@ -59,7 +66,11 @@ def erasure_barrier(lake: Path, *, exclusive: bool, create: bool = True) -> Iter
     data dir), or, with `create=False` (a dry run, which writes nothing), no barrier file
     yet or a read-only lake (a mounted backup); the lock is then not held. The file is
     locked only once it is the one at the path (a `demo --fresh` that removed the lake
-    meanwhile would otherwise leave this holder locking a file no erasure opens)."""
+    meanwhile would otherwise leave this holder locking a file no erasure opens).
+
+    `wait`: give up after that many seconds with ErasureRunning (a request of the game's,
+    which must not hold a server thread for a whole erasure); None waits as long as it
+    takes."""
     path = erasure_dir(lake) / "barrier.lock"
     if not exclusive and not lake.is_dir():
         yield
@@ -77,7 +88,11 @@ def erasure_barrier(lake: Path, *, exclusive: bool, create: bool = True) -> Iter
                 handle = open(path, "ab")  # noqa: SIM115 - held for the whole block
             except OSError:  # a read-only lake (a mounted backup): a read handle locks too
                 handle = open(path, "rb")  # noqa: SIM115
-        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            _lock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, wait)
+        except ErasureRunning:
+            handle.close()
+            raise
         try:
             if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
                 break
@@ -153,6 +168,22 @@ def record_erasure(lake: Path, player_id: str, at: datetime) -> str:
     return digest
 
 
+def _lock(handle: IO[bytes], operation: int, wait: float | None) -> None:
+    """flock `handle`, blocking (`wait` None) or polling for at most `wait` seconds."""
+    if wait is None:
+        fcntl.flock(handle, operation)
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(handle, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ErasureRunning("an erasure is running on this lake") from None
+            time.sleep(0.02)
+
+
 #: What an erased id becomes inside another row's free text (a ban's or void's reason).
 REDACTED = "[erased]"
 
@@ -160,16 +191,39 @@ REDACTED = "[erased]"
 #: them not inside a longer one.
 _ID_CHARS = "A-Za-z0-9_.:-"
 _TOKEN = re.compile(f"[{_ID_CHARS}]+")
+#: Id characters a sentence puts after a word ("alt of p1.", "p1: smurf"): a token ending
+#: in them is also the id without them.
+_TRAILING = ".:"
+
+
+def _named(token: str, erased: Callable[[str], bool]) -> str:
+    """`token` with the erased id it is, or starts with before trailing `.`/`:`, replaced
+    by REDACTED."""
+    end = len(token)
+    while end > 0:
+        if erased(token[:end]):
+            return REDACTED + token[end:]
+        if token[end - 1] not in _TRAILING:
+            return token
+        end -= 1
+    return token
+
+
+def _redact(text: str, erased: Callable[[str], bool]) -> str:
+    """`text` with every token naming an erased id replaced, in one pass; the REDACTED
+    markers already there are left as they are (an id `erased` would otherwise grow them)."""
+    return REDACTED.join(_TOKEN.sub(lambda m: _named(m.group(), erased), part)
+                         for part in text.split(REDACTED))
 
 
 def redact_erased(text: str, ledger: ErasureLedger) -> str:
     """`text` with every token that is an erased id replaced by REDACTED, as the erasure
-    redacts the free text it finds: an operator's reason or a display name written after
-    an erasure must not bring the id back (the ledger holds only salted hashes, so each
-    token is hashed and looked up)."""
+    redacts the free text it finds (`without_player`, the same function): an operator's
+    reason or a display name written after an erasure must not bring the id back (the
+    ledger holds only salted hashes, so each token is hashed and looked up)."""
     if not ledger or not text:
         return text
-    return _TOKEN.sub(lambda m: REDACTED if ledger.erased(m.group()) else m.group(), text)
+    return _redact(text, ledger.erased)
 
 
 def without_player(path: Path, player_id: str, *, any_text: bool = False,
@@ -181,7 +235,9 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
     reason for another player's ban, or for a whole match's void, naming the player).
     Atomic; returns the rows removed or redacted (0: the file is not touched).
     `drop_empty`: a file left without rows is deleted instead."""
-    token = f"(^|[^{_ID_CHARS}]){re.escape(player_id)}($|[^{_ID_CHARS}])"
+    # The rows naming the id, found by Arrow (a token, maybe with a sentence's `.`/`:`
+    # after it); the few found are redacted by `_redact`, as text written later is.
+    token = f"(^|[^{_ID_CHARS}]){re.escape(player_id)}[{_TRAILING}]*($|[^{_ID_CHARS}])"
     if not any_text and not redact and not pq.read_table(
             path, columns=["player_id"], filters=[("player_id", "=", player_id)]).num_rows:
         return 0  # the id's column only, pruned by row-group statistics: most files
@@ -208,11 +264,13 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
         named = pc.fill_null(pc.match_substring_regex(column, token), False)
         if not pc.any(named).as_py():
             continue
-        redacted = pc.or_(redacted, named)
-        # A pass replaces occurrences that do not share a separator: again until none left.
-        while pc.any(pc.fill_null(pc.match_substring_regex(column, token), False)).as_py():
-            column = pc.replace_substring_regex(column, token, f"\\1{REDACTED}\\2")
-        kept = kept.set_column(kept.column_names.index(name), name, column)
+        before = column.to_pylist()
+        after = [_redact(v, player_id.__eq__) if hit else v
+                 for v, hit in zip(before, named.to_pylist(), strict=True)]
+        redacted = pc.or_(redacted, pa.array([a != b for a, b in zip(after, before,
+                                                                       strict=True)]))
+        kept = kept.set_column(kept.column_names.index(name), name,
+                               pa.array(after, column.type))
     changed = removed + int(pc.sum(redacted).as_py() or 0)
     if changed == 0:
         return 0

@@ -448,7 +448,7 @@ def _erasure_waits(monkeypatch: pytest.MonkeyPatch) -> Any:
         fcntl.flock(handle, operation)
 
     monkeypatch.setattr(erasure_module, "fcntl", SimpleNamespace(
-        flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH))
+        flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH, LOCK_NB=fcntl.LOCK_NB))
     return waiting
 
 
@@ -796,3 +796,25 @@ def test_a_quarantine_release_checked_before_an_erasure_waits_for_it(tmp_path, m
         assert _redis_holding(client) == []
         assert _settled_holding(settings.data_dir) == []
         assert eraser.seen == ["waits"]  # the erasure could not run meanwhile
+
+
+def test_a_whole_match_void_naming_the_player_waits_for_an_erasure(world, monkeypatch):
+    """Regression (review s9, finding 4): a whole match's void names no player, so it took
+    no barrier; its reason may name the player being erased. Read the ledger (in
+    `write_void`) before the erasure recorded the id, and written after the erasure's pass
+    over the voids, it kept the id. It holds the barrier shared now. Forced interleaving:
+    the void, about to write its file, starts the erasure and goes on once it has finished
+    (the old code) or waits at the barrier."""
+    import leaderboard.voids as voids_module
+    from app.cli import main
+
+    settings, _registry, _client, speed = world
+    _land_victim(settings, speed, 76, days=1)
+    _as_the_cli(monkeypatch, settings)
+    eraser = _an_eraser(monkeypatch, settings, speed)
+    eraser.before_writes_of(monkeypatch, voids_module)
+    assert main(["void", "m-other", "--reason", f"{VICTIM} used an aimbot"]) == 0
+    eraser.join()
+    assert eraser.errors == []
+    assert _settled_holding(settings.data_dir) == []
+    assert eraser.seen == ["waits"]  # the erasure could not run meanwhile

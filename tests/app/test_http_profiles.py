@@ -203,3 +203,22 @@ def test_a_profile_of_an_erased_player_is_refused(http):
     assert "erased" in refused.json()["message"]
     assert not list(profiles_dir(http.lake).glob("*.parquet"))
     assert _put(http, "ann", {"display_name": "Ann"}).status_code == 200
+
+
+def test_a_profile_write_during_an_erasure_answers_503_and_saves_nothing(http, monkeypatch):
+    """Regression (review s9, finding 1): a profile write waited at the erasure barrier for
+    the whole erasure, holding a thread of the pool ingest shares; about 40 of them stalled
+    `POST /v1/events` and `/healthz` until the erasure ended. It now waits a moment, then
+    answers 503 `erasure_running` with Retry-After, having saved nothing."""
+    import app.http.routers.profiles as profiles_module
+    from leaderboard.erasure import erasure_barrier
+
+    monkeypatch.setattr(profiles_module, "PROFILE_ERASURE_WAIT", 0.1)
+    with erasure_barrier(http.lake, exclusive=True):  # as a running erasure holds it
+        answer = _put(http, "ann", {"display_name": "Ann"})
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"] == "erasure_running"
+        assert answer.headers["Retry-After"] == "5"
+        assert history_of(http.lake, "ann") == []
+    assert _put(http, "ann", {"display_name": "Ann"}).status_code == 200
+    assert [p.display_name for p in history_of(http.lake, "ann")] == ["Ann"]

@@ -59,6 +59,41 @@ def test_text_written_after_an_erasure_loses_the_id_as_a_token(tmp_path):
     without_player(path, "a.b", redact=("reason",))
     assert pq.read_table(path).column("reason").to_pylist() == [redact_erased(text, ledger)]
 
+
+def test_an_id_before_a_sentences_punctuation_is_redacted_too(tmp_path):
+    """Regression (review s9, finding 3): `.` and `:` are id characters, so "alt of a.b."
+    (a sentence's end) and "a.b: smurf" were tokens other than `a.b`, kept as written by
+    the erasure's pass and on write. A token ending in them is also the id without them;
+    a longer id still is not the id."""
+    record_erasure(tmp_path, "a.b", AT)
+    ledger = ErasureLedger.load(tmp_path)
+    assert redact_erased("alt of a.b. a.b: smurf, a.b.: x", ledger) == (
+        f"alt of {REDACTED}. {REDACTED}: smurf, {REDACTED}.: x")
+    assert redact_erased("a.b.c a.bc: a.b-x", ledger) == "a.b.c a.bc: a.b-x"
+    record_erasure(tmp_path, "c.", AT)  # an id may end with a dot itself
+    ledger = ErasureLedger.load(tmp_path)
+    assert redact_erased("c. c.. c", ledger) == f"{REDACTED} {REDACTED}. c"
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"player_id": ["z"], "reason": ["alt of a.b."]}), path)
+    assert without_player(path, "a.b", redact=("reason",)) == 1
+    assert pq.read_table(path).column("reason").to_pylist() == [f"alt of {REDACTED}."]
+
+
+def test_erasing_the_id_erased_ends_and_leaves_the_markers_alone(tmp_path):
+    """Regression (review s9, finding 2): the erasure's pass replaced the id until no token
+    of it was left; for the (valid) id `erased`, each `[erased]` holds the token again, so
+    the pass never ended, holding the erasure barrier (every batch, ban and profile write
+    waited for good). One pass now, and the markers already there are left as they are."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"player_id": ["z", "y"],
+                             "reason": [f"fan of {REDACTED}", "erased,erased"]}), path)
+    assert without_player(path, "erased", redact=("reason",)) == 1
+    assert pq.read_table(path).column("reason").to_pylist() == [
+        f"fan of {REDACTED}", f"{REDACTED},{REDACTED}"]
+    record_erasure(tmp_path, "erased", AT)
+    assert redact_erased(f"erased {REDACTED}", ErasureLedger.load(tmp_path)) == (
+        f"{REDACTED} {REDACTED}")
+
 def test_a_file_left_empty_is_deleted_when_asked(tmp_path):
     """Regression: an emptied quarantine file broke the quarantine listing (an empty
     boolean mask); such files are deleted instead."""

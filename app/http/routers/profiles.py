@@ -26,7 +26,7 @@ from app.http.params import PlayerId, json_answer
 from app.http.ratelimit import check_rate
 from app.http.routers.ingest import server_and_body
 from app.http.service import Service, ServiceDep
-from leaderboard.erasure import erasure_barrier
+from leaderboard.erasure import ErasureRunning, erasure_barrier
 from leaderboard.profiles import (
     AVATAR_URL_MAX,
     COUNTRY_CODES,
@@ -79,6 +79,8 @@ _ANSWER = {"content": {"application/json": {"schema": PROFILE_SCHEMA}}}
 
 #: A profile's body is small: a longer one is refused before it is read whole.
 MAX_PROFILE_BODY = 16_384
+#: Seconds a profile write waits for a running erasure before it answers 503.
+PROFILE_ERASURE_WAIT = 1.0
 
 
 def _fields(body: bytes) -> dict[str, Any]:
@@ -97,19 +99,33 @@ def _save(service: Service, profile: Profile, server_id: str) -> Profile:
     """The lake first (durable), then the serving cache; this worker's cached listings of
     the player are forgotten. The erasure ledger's check (in `write_profile`) and both
     writes hold the erasure barrier shared: an erasure between them would finish, and the
-    writes then bring the id back into the lake and Redis."""
-    lake = service.settings.lake_dir
-    with erasure_barrier(lake, exclusive=False):
-        stored = write_profile(lake, profile, service.settings.now(), server_id)
-        try:
-            service.boards.profiles.store([stored])
-        except redis.RedisError as exc:
-            raise ApiError(503, "unavailable",
-                           f"the profile is saved in the lake, but the serving cache (Redis) "
-                           f"is unavailable ({exc}): send the same request again shortly so "
-                           "listings show it", headers={"Retry-After": "5"}) from None
-        finally:
-            service.cache.forget_players([profile.player_id])
+    writes then bring the id back into the lake and Redis. While an erasure runs, the write
+    waits at most PROFILE_ERASURE_WAIT, then answers 503: a waiting write holds a thread
+    of the pool ingest shares, and enough of them stalled ingest for the whole erasure
+    (review s9)."""
+    try:
+        with erasure_barrier(service.settings.lake_dir, exclusive=False,
+                             wait=PROFILE_ERASURE_WAIT):
+            return _write(service, profile, server_id)
+    except ErasureRunning:  # only the barrier's wait raises it
+        raise ApiError(503, "erasure_running",
+                       "a player's data is being erased (right to erasure); nothing was "
+                       "saved: send the same request again shortly",
+                       headers={"Retry-After": "5"}) from None
+
+
+def _write(service: Service, profile: Profile, server_id: str) -> Profile:
+    stored = write_profile(service.settings.lake_dir, profile, service.settings.now(),
+                           server_id)
+    try:
+        service.boards.profiles.store([stored])
+    except redis.RedisError as exc:
+        raise ApiError(503, "unavailable",
+                       f"the profile is saved in the lake, but the serving cache (Redis) is "
+                       f"unavailable ({exc}): send the same request again shortly so "
+                       "listings show it", headers={"Retry-After": "5"}) from None
+    finally:
+        service.cache.forget_players([profile.player_id])
     return stored
 
 
@@ -129,7 +145,11 @@ def _save(service: Service, profile: Profile, server_id: str) -> Profile:
                                     s422="a field breaks the rules: `error` is "
                                          "invalid_display_name, invalid_country, "
                                          "invalid_avatar_url or invalid_profile; `erased` "
-                                         "for an erased player's id")})
+                                         "for an erased player's id",
+                                    s503="nothing was saved while a player's data is being "
+                                         "erased (`erasure_running`), or saved but not "
+                                         "cached (Redis unavailable, `unavailable`): send "
+                                         "the same request again after Retry-After")})
 async def put_profile(
     service: ServiceDep, request: Request, player_id: PlayerId,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(SERVER_BEARER)] = None,
