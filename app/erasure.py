@@ -92,7 +92,7 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
     report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
     # Nothing of the id in the lake (an id never seen, or erased before): no version or
     # warehouse holds it either; Redis is still cleaned and its files rewritten.
-    found = report.rows > 0
+    found = report.found
     live = read_current(lake) if found else None
     version = None
     if live is not None:
@@ -133,6 +133,7 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
         refresh_warehouse(settings.data_dir, settings.registry, relink=True)
         result["warehouse"] = True
         say("warehouse rebuilt")
+    report.done()  # stopped before this, the next run of it resumes (`erase_from_lake`)
     return result
 
 

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from jobs.duckdb_engine import histogram_sql
 from leaderboard.bans import bans_dir
-from leaderboard.erasure import record_erasure, without_player
+from leaderboard.erasure import erasure_dir, record_erasure, without_player
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.manifest import Manifest, manifests_dir, write_version
 from leaderboard.profiles import profiles_dir
@@ -58,10 +58,27 @@ class LakeErasure:
     versions: int = 0  # manifests rewritten (those holding the player)
     windows: int = 0  # standings windows re-ranked
     by_kind: dict[str, int] = field(default_factory=dict)
+    #: an erasure of the id was stopped part-way before: this run finished its work
+    resumed: bool = False
+    #: the marker of an erasure under way (`erase_from_lake`), removed by `done`
+    marker: Path | None = None
+
+    def done(self) -> None:
+        """The whole erasure is over (the lake, Redis and the warehouse): a later run of it
+        is no longer a resumed one."""
+        if self.marker is not None:
+            self.marker.unlink(missing_ok=True)
+
+    @property
+    def found(self) -> bool:
+        """Whether the versions, Redis and the warehouse must follow (the id was in the lake,
+        now or when the stopped run began)."""
+        return self.rows > 0 or self.resumed
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "files": self.files, "versions": self.versions,
-                "windows": self.windows, "by_kind": dict(sorted(self.by_kind.items()))}
+                "windows": self.windows, "resumed": self.resumed,
+                "by_kind": dict(sorted(self.by_kind.items()))}
 
 
 def _rewrite(report: LakeErasure, kind: str, paths: list[Path], player: str, *,
@@ -152,19 +169,10 @@ def _standings(lake: Path, registry: Registry, player: str, report: LakeErasure
         windows = set(table.filter(hit).column("window_id").to_pylist())
         board = path.as_posix().split("board=", 1)[1].split("/", 1)[0]
         fresh = _rerank(table, player, board in earliest)
-        atomic_write_parquet(fresh, path)
-        report.rows += len(table) - len(fresh)
-        report.files += 1
-        report.windows += len(windows)
-        report.by_kind["standings"] = report.by_kind.get("standings", 0) + (
-            len(table) - len(fresh))
-        relative = str(path.relative_to(lake))
-        for window in windows:
-            mine = fresh.filter(pc.equal(fresh.column("window_id"), window))
-            changed[(relative, window)] = (mine.num_rows,
-                                           int(pc.sum(mine.column("score")).as_py() or 0))
         # The histogram file of the same (board, kind, run) holds these windows' buckets.
-        histogram = Path(str(path).replace("/standings/", "/histograms/", 1))
+        # Written first: a run stopped between the two finds the player in the standings
+        # file again and writes both (the other way round, the histogram stayed stale).
+        histogram = lake / "histograms" / path.relative_to(lake / "standings")
         if histogram.exists():
             old = pq.read_table(histogram)
             keep = old.filter(pc.invert(pc.is_in(old.column("window_id"), value_set=pa.array(
@@ -179,7 +187,22 @@ def _standings(lake: Path, registry: Registry, player: str, report: LakeErasure
             for window in windows:
                 histogram_rows[(hrel, window)] = int(pc.sum(pc.equal(
                     merged.column("window_id"), window)).as_py() or 0)
+        atomic_write_parquet(fresh, path)
+        report.rows += len(table) - len(fresh)
+        report.files += 1
+        report.windows += len(windows)
+        report.by_kind["standings"] = report.by_kind.get("standings", 0) + (
+            len(table) - len(fresh))
+        relative = str(path.relative_to(lake))
+        for window in windows:
+            mine = fresh.filter(pc.equal(fresh.column("window_id"), window))
+            changed[(relative, window)] = _standings_entry(mine)
     return changed, histogram_rows
+
+
+def _standings_entry(rows: pa.Table) -> tuple[int, int]:
+    """(rows, score total) of one window's standings rows, as the standings index holds."""
+    return rows.num_rows, int(pc.sum(rows.column("score")).as_py() or 0)
 
 
 def _rollup_entry(lake: Path, path: str, day: Any) -> tuple[int, int, int]:
@@ -190,12 +213,43 @@ def _rollup_entry(lake: Path, path: str, day: Any) -> tuple[int, int, int]:
             int(pc.sum(table.column("points_sum")).as_py() or 0))
 
 
+class _FromFiles:
+    """Index entries read from the files themselves, each file once: what a resumed erasure
+    writes, since the files the stopped run rewrote are not known."""
+
+    def __init__(self, lake: Path) -> None:
+        self.lake = lake
+        self._standings: dict[str, dict[str, tuple[int, int]]] = {}
+        self._histograms: dict[str, dict[str, int]] = {}
+
+    def standings(self, path: str, window: str) -> tuple[int, int]:
+        if path not in self._standings:
+            table = pq.read_table(self.lake / path, columns=["window_id", "score"])
+            self._standings[path] = {
+                w: _standings_entry(table.filter(pc.equal(table.column("window_id"), w)))
+                for w in set(table.column("window_id").to_pylist())}
+        return self._standings[path].get(window, (0, 0))
+
+    def histogram(self, path: str, window: str) -> int:
+        if path not in self._histograms:
+            windows = pq.read_table(self.lake / path, columns=["window_id"]).column(
+                "window_id").to_pylist()
+            counts: dict[str, int] = {}
+            for w in windows:
+                counts[w] = counts.get(w, 0) + 1
+            self._histograms[path] = counts
+        return self._histograms[path].get(window, 0)
+
+
 def _versions(lake: Path, player: str, rollups: set[str],
               standings: dict[tuple[str, str], tuple[int, int]],
-              histograms: dict[tuple[str, str], int], report: LakeErasure) -> None:
+              histograms: dict[tuple[str, str], int], report: LakeErasure, *,
+              every: bool = False) -> None:
     """Bring every manifest (published, sealed or set aside) whose files the pass rewrote,
     or whose bans name the player, in line with its files; the others are left as they are
-    (an id the lake never held rewrote every manifest and answered them all)."""
+    (an id the lake never held rewrote every manifest and answered them all). `every`
+    (resuming a stopped erasure): every manifest, each entry read from its file."""
+    files = _FromFiles(lake) if every else None
     for path in sorted(manifests_dir(lake).glob("*.json*")):
         if path.name == "current.json":
             continue
@@ -203,21 +257,26 @@ def _versions(lake: Path, player: str, rollups: set[str],
         index = pq.read_table(lake / manifest.index["rollups"]["path"])
         entries = index.to_pylist()
         table = manifest.standings(lake).to_pylist()
-        if not (player in manifest.inputs.get("banned", [])
+        if not (every or player in manifest.inputs.get("banned", [])
                 or any(str(lake / e["path"]) in rollups for e in entries)
                 or any((e["path"], e["window_id"]) in standings
                        or (e["histogram"], e["window_id"]) in histograms for e in table)):
             continue
         for entry in entries:
-            if str(lake / entry["path"]) in rollups:
+            if every or str(lake / entry["path"]) in rollups:
                 entry["rows"], entry["events"], entry["points"] = _rollup_entry(
                     lake, entry["path"], entry["event_date"])
         rollup_index = pa.Table.from_pylist(entries, schema=index.schema)
         for entry in table:
             key = (entry["path"], entry["window_id"])
+            hkey = (entry["histogram"], entry["window_id"])
+            if files is not None:
+                entry["rows"], entry["score_total"] = files.standings(*key)
+                if entry["histogram"]:
+                    entry["histogram_rows"] = files.histogram(*hkey)
+                continue
             if key in standings:
                 entry["rows"], entry["score_total"] = standings[key]
-            hkey = (entry["histogram"], entry["window_id"])
             if hkey in histograms:
                 entry["histogram_rows"] = histograms[hkey]
         standings_index = pa.Table.from_pylist(
@@ -262,9 +321,18 @@ def _releases(lake: Path, player: str, report: LakeErasure) -> None:
 
 def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime,
                     say: Say = lambda _m: None) -> LakeErasure:
-    """Erase every row of `player` from the lake and keep every version consistent."""
-    record_erasure(lake, player, at)
-    report = LakeErasure()
+    """Erase every row of `player` from the lake and keep every version consistent.
+
+    Resumable: a marker (`pending-<hash>` beside the ledger, no id in it) stays until the
+    whole erasure is done (`LakeErasure.done`, once Redis and the warehouse followed too). A
+    run that finds it finishes a stopped one: its files hold no id any more, so every
+    version's indexes are read again from the files and everything after the lake is done
+    again (a stopped erasure then run again left every version inconsistent with its files
+    and the id in Redis: nothing of the id was found, so nothing followed)."""
+    digest = record_erasure(lake, player, at)
+    marker = erasure_dir(lake) / f"pending-{digest}"
+    report = LakeErasure(resumed=marker.exists(), marker=marker)
+    atomic_write_bytes(marker, b"")
     _rewrite(report, "events", sorted((lake / "events").rglob("*.parquet")), player)
     # An emptied quarantine file goes (its rows' ids name it; none is left to name).
     _rewrite(report, "quarantine", sorted((lake / "quarantine").rglob("*.parquet")), player,
@@ -281,7 +349,7 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
     rollups = _rewrite(report, "rollups", sorted((lake / "rollups").rglob("*.parquet")),
                        player)
     standings, histograms = _standings(lake, registry, player, report)
-    _versions(lake, player, rollups, standings, histograms, report)
+    _versions(lake, player, rollups, standings, histograms, report, every=report.resumed)
     say(f"rollups and {report.windows} standings window(s) of {report.versions} version(s) "
         "rewritten")
     return report

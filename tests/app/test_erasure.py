@@ -333,6 +333,66 @@ def test_an_erasure_killed_before_its_manifest_leaves_files_the_nightly_sweep_re
     assert sweep_dead_runs(lake).runs == []  # its tombstone went with its files
 
 
+
+@pytest.mark.parametrize("stop", ["before_the_versions", "at_a_histogram"])
+def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypatch, stop):
+    """Regression (review s9b, finding 1): an erasure stopped after rewriting lake files
+    (a kill, a full disk), then run again, found nothing of the id left: it skipped the
+    versions, the re-publish, the rebase and Redis, so every version's indexes no longer
+    matched its files (validate_version failed) and Redis still served the player. A
+    marker beside the ledger (no id in it) now says an erasure is under way; the next run
+    reads every index entry from its file again and does everything after the lake. A run
+    stopped between a standings file and its histogram left the histogram counting the
+    player for good: the histogram is written first now, so the next run finds the player
+    in the standings file again."""
+    import jobs.erase as erase_module
+
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    _land_victim(settings, speed, 77, days=2)
+    run_batch(settings, date(2026, 11, 28))
+    run_batch(settings, date(2026, 11, 29))
+    speed.rebase(read_current(lake))
+    assert _redis_holding(client)
+    real_write = erase_module.atomic_write_parquet
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise OSError("stopped")
+
+    def stopped_at_a_histogram(table: pa.Table, path: Path, **kwargs: object) -> None:
+        if "histograms" in path.relative_to(lake).parts[:1]:
+            raise OSError("stopped")
+        real_write(table, path, **kwargs)
+
+    if stop == "before_the_versions":
+        monkeypatch.setattr(erase_module, "_versions", stopped)
+    else:
+        monkeypatch.setattr(erase_module, "atomic_write_parquet", stopped_at_a_histogram)
+    with pytest.raises(OSError, match="stopped"):
+        erase_player(settings, speed, VICTIM, settle=0.0)
+    monkeypatch.undo()
+
+    result = erase_player(settings, speed, VICTIM, settle=0.0)
+    for manifest in list_versions(lake):
+        validate_version(lake, manifest.version, registry=registry)
+    assert _redis_holding(client) == []
+    assert _settled_holding(settings.data_dir) == []
+    # Each histogram counts the players its window's standings hold, in every kind.
+    for path in (lake / "histograms").rglob("*.parquet"):
+        standings = pq.read_table(lake / "standings" / path.relative_to(lake / "histograms"))
+        ranked = {w: standings.column("window_id").to_pylist().count(w)
+                  for w in set(standings.column("window_id").to_pylist())}
+        counted: dict[tuple[str, str], int] = {}
+        for row in pq.read_table(path).to_pylist():
+            key = (row["window_id"], row["kind"])
+            counted[key] = counted.get(key, 0) + row["players"]
+        assert counted == {(w, k): ranked[w] for w, k in counted}, path
+    assert result["lake"]["resumed"] is True
+    assert result["version"] is not None  # re-published
+    # Done: the next run of it is an ordinary one (nothing of the id left, nothing to do).
+    again = erase_player(settings, speed, VICTIM, settle=0.0)
+    assert (again["lake"]["resumed"], again["version"]) == (False, None)
+
 def test_an_operators_free_text_naming_the_player_is_redacted(world):
     """Regression (audit of issue 12): the reason of another player's ban, of a whole
     match's void and another player's display name are free text, and named the erased id
