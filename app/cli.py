@@ -457,8 +457,9 @@ def _cmd_void(args: argparse.Namespace) -> int:
     whose = f"{args.player}'s result in " if args.player else ""
     if earlier is not None:
         out.print(f"already voided: {earlier.describe()} at {format_instant(earlier.at)} "
-                  f"(reason: {earlier.reason or '(none)'}); nothing new is recorded, nothing "
-                  "changed")
+                  f"(reason: {earlier.reason or '(none)'}); nothing new is recorded, "
+                  + (f"and its unfinished application is done now: {len(players)} "
+                     "player(s)' live standings changed" if players else "nothing changed"))
     else:
         out.print(f"voided {whose}match {args.match}: {len(players)} player(s)' live standings "
                   "changed" + ("" if applied.landed else

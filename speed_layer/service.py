@@ -185,8 +185,10 @@ class VoidApplied:
     """A void's answer: the players whose live standings changed, and what it could not
     remove (None: everything it names is removed, or will be when it lands). `earlier`:
     the void already recorded that covers this one (the same result, or its whole match),
-    when there is one: nothing new is recorded and nothing changes. `landed`: some event
-    of it is in the lake (else it waits for them: they will not count)."""
+    when there is one: nothing new is recorded, and `players` is empty unless that void's
+    own application had not finished (a Redis failure part-way) and this one finished it.
+    `landed`: some event of it is in the lake (else it waits for them: they will not
+    count)."""
 
     players: list[str]
     limit: VoidLimit | None
@@ -919,26 +921,26 @@ class SpeedLayer:
         """`void`, and what it could not remove (results on dates retention deleted raw
         events of: `VoidLimit`), for the operator's answer."""
         void = Void(match_id, player_id, reason, at)
-        voids = read_voids(self.lake)
-        earlier = next((v for v in voids if v.match_id == match_id
-                        and v.player_id in (None, player_id)), None)
+        voids = [v for v in read_voids(self.lake) if v.match_id == match_id]
+        earlier = next((v for v in voids if v.player_id in (None, player_id)), None)
         if earlier is None:
             write_void(self.lake, match_id, player_id, at, reason)
         self.sync_voids()
         version = self.current()
         rows = self._void_rows(void)
+        # The voids of the match in effect on this version: its batch had them (before its
+        # watermark) or they were applied to its state (as `apply_voids` tells). One not in
+        # effect (its application failed part-way) changes standings when applied now.
+        done = {_text(v) for v in self.client.smembers(voids_key(version.tag))}
+        effective = [v for v in voids if (version.watermark is not None
+                                          and v.at < version.watermark)
+                     or f"{v.match_id}\x00{v.player_id or ALL_PLAYERS}" in done]
         if earlier is None:
-            # A player whose result here a void of their own already took changes nothing.
-            covered = {v.player_id for v in voids if v.match_id == match_id}
+            # A player whose result here a void of their own in effect took changes nothing.
+            covered = {v.player_id for v in effective}
             players = [p for p in self._apply_void(version, void, rows) if p not in covered]
         else:
-            # Applied to this version already (the usual case): nothing changes. Not yet
-            # (its first application failed part-way): applied now, as `apply_voids` would.
-            done = {_text(v) for v in self.client.smembers(voids_key(version.tag))}
-            key = f"{earlier.match_id}\x00{earlier.player_id or ALL_PLAYERS}"
-            missed = key not in done and (version.watermark is None
-                                          or earlier.at >= version.watermark)
-            players = self._apply_void(version, earlier) if missed else []
+            players = [] if earlier in effective else self._apply_void(version, earlier)
         limit = self._void_limit(version, void, rows)
         if limit is not None and rows is not None:
             # A player all of whose named rows stay (`limit.kept`: absorbed, on a date at or

@@ -128,7 +128,7 @@ def test_a_void_recorded_already_changes_nothing_and_a_half_applied_one_is_appli
     `players` is empty and `earlier` names the void that stands; a whole match's void
     leaves out the players a void of their own result already took. A void recorded but
     not applied (Redis failed while it recomputed) is applied by the retry, which then
-    names its players."""
+    names its players, or by its whole match's void, which then names them too."""
     from leaderboard.voids import read_voids
 
     lake, registry, speed, _settings = world
@@ -162,6 +162,17 @@ def test_a_void_recorded_already_changes_nothing_and_a_half_applied_one_is_appli
     assert retried.earlier is not None
     assert retried.players == [player]
     assert len(read_voids(lake)) == 3
+    assert_served_as_reference(lake, registry, redis_client)
+    # A player's void left unapplied, then their whole match's: that player's standing
+    # changes, and the answer says so (it left them out as covered).
+    other = next(m for m in sorted({e["match_id"] for e in events} - {match, single})
+                 if len({e["player_id"] for e in events if e["match_id"] == m}) >= 2)
+    first = sorted({e["player_id"] for e in events if e["match_id"] == other})[0]
+    monkeypatch.setattr(speed, "_recompute", redis_fails)
+    with pytest.raises(redis.ConnectionError):
+        speed.void(other, first, at, "exploit")
+    monkeypatch.undo()
+    assert first in speed.void(other, None, at, "whole")
     assert_served_as_reference(lake, registry, redis_client)
 
 def test_a_void_racing_a_live_fold_leaves_none_of_its_rows(world, redis_client):

@@ -574,12 +574,13 @@
         body: JSON.stringify({ match_id: asked.match, player_id: asked.player || null,
                                reason: asked.reason }) });
       const what = `${answer.match_id}${answer.player_id ? " / " + answer.player_id : ""}: `;
-      if (answer.earlier) {
-        return what + `already voided at ${answer.earlier.at} (reason: ` +
-          `${answer.earlier.reason || "none"}); nothing changed`;
-      }
-      return what + `voided (${num(answer.players.length)} player(s)' live standings changed)` +
-        (answer.not_removed ? ". " + answer.not_removed.message : "");
+      const changed = `${num(answer.players.length)} player(s)' live standings changed`;
+      const said = answer.earlier
+        ? `already voided at ${answer.earlier.at} (reason: ${answer.earlier.reason || "none"}); ` +
+          (answer.players.length ? `its unfinished application is done now: ${changed}`
+                                 : "nothing changed")
+        : `voided (${changed})`;
+      return what + said + (answer.not_removed ? ". " + answer.not_removed.message : "");
     });
     irreversible("erase", () => {
       const player = $("#erase-player").value.trim();

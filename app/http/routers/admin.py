@@ -131,8 +131,9 @@ def void(service: AdminDep, action: VoidDep) -> dict[str, Any]:
     the results on event dates whose raw events it deleted, which neither the live boards
     nor any batch can remove (`results`, `line`, a `message` to show), or `unseen` when no
     raw event of the void is left in the lake at all. A void already recorded for the same
-    result or its whole match answers `status: already_voided` with that void as `earlier`
-    (nothing new is recorded, `players` is empty): a retried request changes nothing."""
+    result or its whole match answers `status: already_voided` with that void as `earlier`:
+    nothing new is recorded, and `players` is empty unless the earlier void's application
+    had not finished (a Redis failure part-way), which this request finished."""
     with _not_erased(service, action.player_id):
         applied = service.speed.void_applied(action.match_id, action.player_id,
                                              service.settings.now(), action.reason)
