@@ -241,7 +241,6 @@ def test_erasure_leaves_no_byte_of_the_id_and_everyone_elses_ranks_right(world, 
     assert _settled_holding(settings.data_dir) == []
 
 
-
 def test_erasing_an_id_the_lake_never_held_rewrites_no_version(world):
     """Regression (noted in session 8): erasing an id the lake never held rewrote every
     manifest and its indexes (the same content, new files) and answered them all as
@@ -262,6 +261,7 @@ def test_erasing_an_id_the_lake_never_held_rewrites_no_version(world):
     assert versions() == before
     # The victim's erasure still rewrites both.
     assert erase_player(settings, speed, VICTIM, settle=0.0)["lake"]["versions"] == 2
+
 
 def test_no_server_answers_from_an_old_version_once_the_erasure_returns(world):
     """Regression (a CI run: the console's erase confirmed, then the player still `ranked`):
@@ -333,7 +333,6 @@ def test_an_erasure_killed_before_its_manifest_leaves_files_the_nightly_sweep_re
     assert sweep_dead_runs(lake).runs == []  # its tombstone went with its files
 
 
-
 @pytest.mark.parametrize("stop", ["before_the_versions", "at_a_histogram"])
 def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypatch, stop):
     """Regression (review s9b, finding 1): an erasure stopped after rewriting lake files
@@ -393,6 +392,7 @@ def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypa
     again = erase_player(settings, speed, VICTIM, settle=0.0)
     assert (again["lake"]["resumed"], again["version"]) == (False, None)
 
+
 def test_an_operators_free_text_naming_the_player_is_redacted(world):
     """Regression (audit of issue 12): the reason of another player's ban, of a whole
     match's void and another player's display name are free text, and named the erased id
@@ -431,7 +431,6 @@ def test_an_operators_free_text_naming_the_player_is_redacted(world):
     assert [p.display_name for p in history_of(lake, "p005")] == [f"fan of {REDACTED}"]
 
 
-
 def test_free_text_naming_an_erased_id_written_afterwards_is_redacted(world, monkeypatch):
     """Regression (noted in session 8): a ban's or a void's reason, or a display name,
     written after the erasure and naming the erased id put the id back into the lake (and
@@ -458,6 +457,7 @@ def test_free_text_naming_an_erased_id_written_afterwards_is_redacted(world, mon
     [void] = [v for v in read_voids(lake) if v.match_id == "m74-1"]
     assert void.reason == f"{REDACTED} boosted it"
     assert [p.display_name for p in history_of(lake, "p005")] == [f"fan of {REDACTED}"]
+
 
 def test_an_erasure_on_a_redis_cluster_rewrites_every_nodes_files(redis_cluster, tmp_path):
     """Regression (audit of issue 12): on a Redis Cluster with AOF on, the erasure died at

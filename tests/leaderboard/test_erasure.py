@@ -39,7 +39,6 @@ def test_a_rewrite_takes_the_id_as_a_token_not_inside_longer_ids(tmp_path):
     assert pq.read_table(path).column("player_id").to_pylist() == ["alice"]
 
 
-
 def test_text_written_after_an_erasure_loses_the_id_as_a_token(tmp_path):
     """Free text written after an erasure (a reason, a display name) loses the erased id
     where the erasure's own pass would have taken it: as a token, every time, in its case;
@@ -93,6 +92,7 @@ def test_erasing_the_id_erased_ends_and_leaves_the_markers_alone(tmp_path):
     record_erasure(tmp_path, "erased", AT)
     assert redact_erased(f"erased {REDACTED}", ErasureLedger.load(tmp_path)) == (
         f"{REDACTED} {REDACTED}")
+
 
 def test_a_file_left_empty_is_deleted_when_asked(tmp_path):
     """Regression: an emptied quarantine file broke the quarantine listing (an empty

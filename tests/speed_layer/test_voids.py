@@ -175,6 +175,7 @@ def test_a_void_recorded_already_changes_nothing_and_a_half_applied_one_is_appli
     assert first in speed.void(other, None, at, "whole")
     assert_served_as_reference(lake, registry, redis_client)
 
+
 def test_a_void_racing_a_live_fold_leaves_none_of_its_rows(world, redis_client):
     """The void runs while a file naming its match is being folded with the voids read
     before it: none of the match's rows count, in any board-window."""
