@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from jobs.erase import repair_stopped, stopped_erasures
 from jobs.publish import PublishError, RewindRefused, StandingsWriter, seal
 from jobs.retention import deleted_through
 from jobs.revoid import Revoid, plan_revoid
@@ -410,6 +411,15 @@ def run_batch(
     """
     say = step or (lambda _message: None)
     lake = settings.lake_dir
+    if stopped_erasures(lake):
+        # An erasure stopped part-way left versions disagreeing with the files it rewrote:
+        # they are brought in line before the plan reads its base (the rest waits for that
+        # erasure's own run).
+        with erasure_barrier(lake, exclusive=True):
+            if stopped_erasures(lake):
+                say(f"{repair_stopped(lake)} version(s) brought in line with the files "
+                    f"{stopped_erasures(lake)} stopped erasure(s) rewrote: run those "
+                    "erasures again to finish them")
     if publish and not allow_rewind:
         RewindRefused.check(lake, as_of)
     registry = settings.registry

@@ -44,7 +44,7 @@ from leaderboard.profiles import profiles_dir
 from leaderboard.registry import Registry
 from leaderboard.voids import voids_dir
 
-__all__ = ["LakeErasure", "erase_from_lake"]
+__all__ = ["LakeErasure", "erase_from_lake", "repair_stopped", "stopped_erasures"]
 
 Say = Callable[[str], None]
 
@@ -150,18 +150,28 @@ def _histograms(standings: pa.Table, windows: set[str]) -> pa.Table:
         con.close()
 
 
-def _standings(lake: Path, registry: Registry, player: str, report: LakeErasure
+def _holding(paths: list[Path], player: str) -> list[Path]:
+    """The files among `paths` whose `player_id` column holds the player: that column only,
+    pruned by row-group statistics (most files are never opened further)."""
+    return [path for path in paths if pq.read_table(
+        path, columns=["player_id"], filters=[("player_id", "=", player)]).num_rows]
+
+
+def _histogram_of(lake: Path, standings: Path) -> Path:
+    """The histogram file of the same (board, kind, run) as a standings file."""
+    return lake / "histograms" / standings.relative_to(lake / "standings")
+
+
+def _standings(lake: Path, registry: Registry, player: str, paths: list[Path],
+               report: LakeErasure
                ) -> tuple[dict[tuple[str, str], tuple[int, int]], dict[tuple[str, str], int]]:
-    """Re-rank every standings file holding the player and rewrite the histograms of the
-    windows they left. Returns (rows, score total) per (standings path, window_id) changed
-    and histogram rows per (histogram path, window_id) changed."""
+    """Re-rank the standings files `paths` (those holding the player) and rewrite the
+    histograms of the windows they left. Returns (rows, score total) per (standings path,
+    window_id) changed and histogram rows per (histogram path, window_id) changed."""
     earliest = {b.name for b in registry.boards if b.ties == "earliest"}
     changed: dict[tuple[str, str], tuple[int, int]] = {}
     histogram_rows: dict[tuple[str, str], int] = {}
-    for path in sorted((lake / "standings").rglob("*.parquet")):
-        if not pq.read_table(path, columns=["player_id"],
-                             filters=[("player_id", "=", player)]).num_rows:
-            continue  # the id's column only, pruned by row-group statistics
+    for path in paths:
         table = pq.read_table(path)
         hit = pc.fill_null(pc.equal(table.column("player_id"), player), False)
         if not pc.any(hit).as_py():
@@ -172,7 +182,7 @@ def _standings(lake: Path, registry: Registry, player: str, report: LakeErasure
         # The histogram file of the same (board, kind, run) holds these windows' buckets.
         # Written first: a run stopped between the two finds the player in the standings
         # file again and writes both (the other way round, the histogram stayed stale).
-        histogram = lake / "histograms" / path.relative_to(lake / "standings")
+        histogram = _histogram_of(lake, path)
         if histogram.exists():
             old = pq.read_table(histogram)
             keep = old.filter(pc.invert(pc.is_in(old.column("window_id"), value_set=pa.array(
@@ -213,43 +223,41 @@ def _rollup_entry(lake: Path, path: str, day: Any) -> tuple[int, int, int]:
             int(pc.sum(table.column("points_sum")).as_py() or 0))
 
 
-class _FromFiles:
-    """Index entries read from the files themselves, each file once: what a resumed erasure
-    writes, since the files the stopped run rewrote are not known."""
+def _entries_from_files(lake: Path, files: set[str], rollups: set[str],
+                        standings: dict[tuple[str, str], tuple[int, int]],
+                        histograms: dict[tuple[str, str], int]) -> None:
+    """Add to the pass's changes the rollup, standings and histogram files `files` (paths
+    below the lake) a stopped erasure had set out to rewrite: their index entries are read
+    from the files as they are now (a file gone since, by retention, names no live entry)."""
+    for relative in sorted(files):
+        path = lake / relative
+        if not path.exists():
+            continue
+        if relative.startswith("rollups/"):
+            rollups.add(str(path))
+            continue
+        table = pq.read_table(path, columns=["window_id", "score"])
+        grouped = table.group_by("window_id").aggregate([("score", "count"), ("score", "sum")])
+        for window, rows, total in zip(grouped.column("window_id").to_pylist(),
+                                       grouped.column("score_count").to_pylist(),
+                                       grouped.column("score_sum").to_pylist(), strict=True):
+            standings.setdefault((relative, window), (int(rows), int(total or 0)))
+        histogram = _histogram_of(lake, path)
+        if histogram.exists():
+            hrel = str(histogram.relative_to(lake))
+            counts = pq.read_table(histogram, columns=["window_id"]).group_by(
+                "window_id").aggregate([("window_id", "count")])
+            for window, rows in zip(counts.column("window_id").to_pylist(),
+                                    counts.column("window_id_count").to_pylist(), strict=True):
+                histograms.setdefault((hrel, window), int(rows))
 
-    def __init__(self, lake: Path) -> None:
-        self.lake = lake
-        self._standings: dict[str, dict[str, tuple[int, int]]] = {}
-        self._histograms: dict[str, dict[str, int]] = {}
 
-    def standings(self, path: str, window: str) -> tuple[int, int]:
-        if path not in self._standings:
-            table = pq.read_table(self.lake / path, columns=["window_id", "score"])
-            self._standings[path] = {
-                w: _standings_entry(table.filter(pc.equal(table.column("window_id"), w)))
-                for w in set(table.column("window_id").to_pylist())}
-        return self._standings[path].get(window, (0, 0))
-
-    def histogram(self, path: str, window: str) -> int:
-        if path not in self._histograms:
-            windows = pq.read_table(self.lake / path, columns=["window_id"]).column(
-                "window_id").to_pylist()
-            counts: dict[str, int] = {}
-            for w in windows:
-                counts[w] = counts.get(w, 0) + 1
-            self._histograms[path] = counts
-        return self._histograms[path].get(window, 0)
-
-
-def _versions(lake: Path, player: str, rollups: set[str],
+def _versions(lake: Path, player: str | None, rollups: set[str],
               standings: dict[tuple[str, str], tuple[int, int]],
-              histograms: dict[tuple[str, str], int], report: LakeErasure, *,
-              every: bool = False) -> None:
+              histograms: dict[tuple[str, str], int], report: LakeErasure) -> None:
     """Bring every manifest (published, sealed or set aside) whose files the pass rewrote,
     or whose bans name the player, in line with its files; the others are left as they are
-    (an id the lake never held rewrote every manifest and answered them all). `every`
-    (resuming a stopped erasure): every manifest, each entry read from its file."""
-    files = _FromFiles(lake) if every else None
+    (an id the lake never held rewrote every manifest and answered them all)."""
     for path in sorted(manifests_dir(lake).glob("*.json*")):
         if path.name == "current.json":
             continue
@@ -257,24 +265,19 @@ def _versions(lake: Path, player: str, rollups: set[str],
         index = pq.read_table(lake / manifest.index["rollups"]["path"])
         entries = index.to_pylist()
         table = manifest.standings(lake).to_pylist()
-        if not (every or player in manifest.inputs.get("banned", [])
+        if not (player in manifest.inputs.get("banned", [])
                 or any(str(lake / e["path"]) in rollups for e in entries)
                 or any((e["path"], e["window_id"]) in standings
                        or (e["histogram"], e["window_id"]) in histograms for e in table)):
             continue
         for entry in entries:
-            if every or str(lake / entry["path"]) in rollups:
+            if str(lake / entry["path"]) in rollups:
                 entry["rows"], entry["events"], entry["points"] = _rollup_entry(
                     lake, entry["path"], entry["event_date"])
         rollup_index = pa.Table.from_pylist(entries, schema=index.schema)
         for entry in table:
             key = (entry["path"], entry["window_id"])
             hkey = (entry["histogram"], entry["window_id"])
-            if files is not None:
-                entry["rows"], entry["score_total"] = files.standings(*key)
-                if entry["histogram"]:
-                    entry["histogram_rows"] = files.histogram(*hkey)
-                continue
             if key in standings:
                 entry["rows"], entry["score_total"] = standings[key]
             if hkey in histograms:
@@ -324,15 +327,19 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
     """Erase every row of `player` from the lake and keep every version consistent.
 
     Resumable: a marker (`pending-<hash>` beside the ledger, no id in it) stays until the
-    whole erasure is done (`LakeErasure.done`, once Redis and the warehouse followed too). A
-    run that finds it finishes a stopped one: its files hold no id any more, so every
-    version's indexes are read again from the files and everything after the lake is done
-    again (a stopped erasure then run again left every version inconsistent with its files
-    and the id in Redis: nothing of the id was found, so nothing followed)."""
+    whole erasure is done (`LakeErasure.done`, once Redis and the warehouse followed too),
+    and lists the rollup and standings files the run sets out to rewrite, before it does.
+    A run that finds its own marker finishes a stopped one: the versions naming those
+    files are brought in line with them, and everything after the lake is done again (a
+    stopped erasure then run again found nothing of the id and did none of it: every
+    version disagreed with its files and Redis kept the player). Other players' stopped
+    erasures' files are brought in line too (`repair_stopped`); their markers stay until
+    their own runs end them."""
     digest = record_erasure(lake, player, at)
     marker = erasure_dir(lake) / f"pending-{digest}"
     report = LakeErasure(resumed=marker.exists(), marker=marker)
-    atomic_write_bytes(marker, b"")
+    mine = _journal(marker) if report.resumed else set()
+    _write_journal(marker, mine)
     _rewrite(report, "events", sorted((lake / "events").rglob("*.parquet")), player)
     # An emptied quarantine file goes (its rows' ids name it; none is left to name).
     _rewrite(report, "quarantine", sorted((lake / "quarantine").rglob("*.parquet")), player,
@@ -346,10 +353,56 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
                  redact=(text,))
     _releases(lake, player, report)
     say(f"landing zone, quarantine and logs: {report.rows} row(s) removed")
-    rollups = _rewrite(report, "rollups", sorted((lake / "rollups").rglob("*.parquet")),
-                       player)
-    standings, histograms = _standings(lake, registry, player, report)
-    _versions(lake, player, rollups, standings, histograms, report, every=report.resumed)
+    held_rollups = _holding(sorted((lake / "rollups").rglob("*.parquet")), player)
+    held_standings = _holding(sorted((lake / "standings").rglob("*.parquet")), player)
+    _write_journal(marker, mine | {str(p.relative_to(lake))
+                                   for p in held_rollups + held_standings})
+    rollups = _rewrite(report, "rollups", held_rollups, player)
+    standings, histograms = _standings(lake, registry, player, held_standings, report)
+    _entries_from_files(lake, _stopped(lake), rollups, standings, histograms)
+    _versions(lake, player, rollups, standings, histograms, report)
     say(f"rollups and {report.windows} standings window(s) of {report.versions} version(s) "
         "rewritten")
     return report
+
+
+def _journal(marker: Path) -> set[str]:
+    """The files (below the lake) an erasure's marker says it set out to rewrite."""
+    try:
+        return set(json.loads(marker.read_text() or "{}").get("files", []))
+    except (OSError, ValueError):
+        return set()
+
+
+def _write_journal(marker: Path, files: set[str]) -> None:
+    atomic_write_bytes(marker, json.dumps({"files": sorted(files)}, indent=1).encode())
+
+
+def _stopped(lake: Path) -> set[str]:
+    """Every file a stopped (or this) erasure set out to rewrite, by their markers."""
+    folder = erasure_dir(lake)
+    found: set[str] = set()
+    for marker in sorted(folder.glob("pending-*")) if folder.is_dir() else []:
+        found |= _journal(marker)
+    return found
+
+
+def stopped_erasures(lake: Path) -> int:
+    """How many erasures were stopped part-way and not run again (their markers)."""
+    folder = erasure_dir(lake)
+    return len(list(folder.glob("pending-*"))) if folder.is_dir() else 0
+
+
+def repair_stopped(lake: Path) -> int:
+    """Bring the versions naming files stopped erasures rewrote in line with those files
+    (what the nightly batch does first, under the erasure barrier held exclusively: a
+    version whose indexes disagree with its files fails the batch's checks). The rest of
+    each stopped erasure (Redis, the re-publish) waits for its own run. Returns the
+    versions rewritten."""
+    rollups: set[str] = set()
+    standings: dict[tuple[str, str], tuple[int, int]] = {}
+    histograms: dict[tuple[str, str], int] = {}
+    _entries_from_files(lake, _stopped(lake), rollups, standings, histograms)
+    report = LakeErasure()
+    _versions(lake, None, rollups, standings, histograms, report)
+    return report.versions

@@ -235,8 +235,11 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
     reason for another player's ban, or for a whole match's void, naming the player).
     Atomic; returns the rows removed or redacted (0: the file is not touched).
     `drop_empty`: a file left without rows is deleted instead."""
-    # The rows naming the id, found by Arrow (a token, maybe with a sentence's `.`/`:`
-    # after it); the few found are redacted by `_redact`, as text written later is.
+    # The rows holding the id as a token (removed with `any_text`: `p1.` and `p1:` are
+    # other valid ids, so their rows stay), and those naming it in free text, found by
+    # Arrow (maybe with a sentence's `.`/`:` after it); the few found are redacted by
+    # `_redact`, as text written later is.
+    exact = f"(^|[^{_ID_CHARS}]){re.escape(player_id)}($|[^{_ID_CHARS}])"
     token = f"(^|[^{_ID_CHARS}]){re.escape(player_id)}[{_TRAILING}]*($|[^{_ID_CHARS}])"
     if not any_text and not redact and not pq.read_table(
             path, columns=["player_id"], filters=[("player_id", "=", player_id)]).num_rows:
@@ -251,7 +254,7 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
         column = table.column(name)
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue
-        found = (pc.match_substring_regex(column, token) if any_text
+        found = (pc.match_substring_regex(column, exact) if any_text
                  else pc.equal(column, player_id))
         hit = pc.or_(hit, pc.fill_null(found, False))
     removed = int(pc.sum(hit).as_py() or 0)

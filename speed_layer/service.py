@@ -922,8 +922,8 @@ class SpeedLayer:
         events of: `VoidLimit`), for the operator's answer."""
         void = Void(match_id, player_id, reason, at)
         voids = [v for v in read_voids(self.lake) if v.match_id == match_id]
-        earlier = next((v for v in voids if v.player_id in (None, player_id)), None)
-        if earlier is None:
+        covering = [v for v in voids if v.player_id in (None, player_id)]
+        if not covering:
             write_void(self.lake, match_id, player_id, at, reason)
         self.sync_voids()
         version = self.current()
@@ -935,6 +935,9 @@ class SpeedLayer:
         effective = [v for v in voids if (version.watermark is not None
                                           and v.at < version.watermark)
                      or f"{v.match_id}\x00{v.player_id or ALL_PLAYERS}" in done]
+        # The covering void that stands: one in effect if any (nothing changes then).
+        earlier = next((v for v in covering if v in effective),
+                       covering[0] if covering else None)
         if earlier is None:
             # A player whose result here a void of their own in effect took changes nothing.
             covered = {v.player_id for v in effective}

@@ -393,6 +393,54 @@ def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypa
     assert (again["lake"]["resumed"], again["version"]) == (False, None)
 
 
+
+def _stop_an_erasure(settings: Settings, speed: SpeedLayer, player: str,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure of `player` stopped after the lake's files, before the versions."""
+    import jobs.erase as erase_module
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise OSError("stopped")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(erase_module, "_versions", stopped)
+        with pytest.raises(OSError, match="stopped"):
+            erase_player(settings, speed, player, settle=0.0)
+
+
+def test_a_stopped_erasure_does_not_stop_the_nightly_batch_or_other_erasures(
+        world, monkeypatch):
+    """Regression (review s9c, findings 1 and 3): after an erasure stopped part-way, the
+    nightly batch failed ("rollups count 155 events, expected 160": the versions disagreed
+    with the files the erasure had rewritten) and so did another player's erasure (at the
+    rebase), until someone ran the stopped one again; and that run crashed for good on a
+    set-aside version naming a file gone. The marker lists the files the erasure set out
+    to rewrite: the batch first brings the versions naming them in line (under the barrier
+    held exclusively), other erasures do too, and only versions naming them are read."""
+    from jobs.release import set_aside
+
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    _land_victim(settings, speed, 78, days=2)
+    run_batch(settings, date(2026, 11, 28))
+    aside = run_batch(settings, date(2026, 11, 28), publish=False).manifest
+    set_aside(lake, aside.version)
+    for path in aside.standings(lake).column("path").to_pylist()[:1]:
+        (lake / path).unlink()  # why a version is set aside: a file of it is gone
+    speed.rebase(read_current(lake))
+    _stop_an_erasure(settings, speed, VICTIM, monkeypatch)
+
+    run_batch(settings, date(2026, 11, 29))  # it failed its checks
+    speed.rebase(read_current(lake))
+    assert erase_player(settings, speed, "p004", settle=0.0)["lake"]["rows"] > 0
+    for manifest in list_versions(lake):
+        validate_version(lake, manifest.version, registry=registry)
+    result = erase_player(settings, speed, VICTIM, settle=0.0)  # crashed on the set-aside
+    assert result["lake"]["resumed"] is True
+    assert _redis_holding(client) == []
+    assert _settled_holding(settings.data_dir) == []
+    assert not list((lake / "erasure").glob("pending-*"))  # both done
+
 def test_an_operators_free_text_naming_the_player_is_redacted(world):
     """Regression (audit of issue 12): the reason of another player's ban, of a whole
     match's void and another player's display name are free text, and named the erased id

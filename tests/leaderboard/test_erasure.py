@@ -78,6 +78,18 @@ def test_an_id_before_a_sentences_punctuation_is_redacted_too(tmp_path):
     assert pq.read_table(path).column("reason").to_pylist() == [f"alt of {REDACTED}."]
 
 
+def test_a_quarantined_row_of_another_id_ending_in_a_dot_stays(tmp_path):
+    """Regression (review s9c, finding 2): `p1.` and `p1:` are valid ids of other players;
+    erasing `p1` removed their quarantined rows too once a token ending in `.`/`:` counted
+    as the id. Rows are removed by the exact token; only free text is redacted with the
+    punctuation tolerated ("ban p1." becomes "ban [erased].", `p1.` or not)."""
+    path = tmp_path / "q.parquet"
+    pq.write_table(pa.table({"player_id": ["p1.", "p1:", "p1", "zz"],
+                             "detail": ["x", "x", "x", "player id 'p1' must be"]}), path)
+    assert without_player(path, "p1", any_text=True) == 2
+    assert pq.read_table(path).column("player_id").to_pylist() == ["p1.", "p1:"]
+
+
 def test_erasing_the_id_erased_ends_and_leaves_the_markers_alone(tmp_path):
     """Regression (review s9, finding 2): the erasure's pass replaced the id until no token
     of it was left; for the (valid) id `erased`, each `[erased]` holds the token again, so

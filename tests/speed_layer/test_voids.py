@@ -170,10 +170,13 @@ def test_a_void_recorded_already_changes_nothing_and_a_half_applied_one_is_appli
     first = sorted({e["player_id"] for e in events if e["match_id"] == other})[0]
     monkeypatch.setattr(speed, "_recompute", redis_fails)
     with pytest.raises(redis.ConnectionError):
-        speed.void(other, first, at, "exploit")
+        speed.void(other, first, day("2026-11-29T00:59:00"), "exploit")
     monkeypatch.undo()
     assert first in speed.void(other, None, at, "whole")
     assert_served_as_reference(lake, registry, redis_client)
+    # Its own void again: the whole match's, in effect, stands; nothing changes (it picked
+    # the unapplied one and named the player as changed).
+    assert speed.void(other, first, at, "exploit") == []
 
 
 def test_a_void_racing_a_live_fold_leaves_none_of_its_rows(world, redis_client):
