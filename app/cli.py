@@ -540,8 +540,10 @@ def _cmd_erase(args: argparse.Namespace) -> int:
     else:
         lake = result["lake"]
         out.print(f"erased {args.player}: {lake['rows']} row(s) in {lake['files']} file(s), "
-                  f"{lake['versions']} version(s); later events of the id are refused "
-                  "(reason erased)")
+                  f"{lake['versions']} version(s)"
+                  + (" (finishing an erasure of the id stopped part-way)"
+                     if lake["resumed"] else "")
+                  + "; later events of the id are refused (reason erased)")
     return 0
 
 
