@@ -411,15 +411,14 @@ def run_batch(
     """
     say = step or (lambda _message: None)
     lake = settings.lake_dir
-    if stopped_erasures(lake):
+    if stopped_erasures(lake, unrepaired=True):
         # An erasure stopped part-way left versions disagreeing with the files it rewrote:
-        # they are brought in line before the plan reads its base (the rest waits for that
-        # erasure's own run).
+        # they are brought in line (once) before the plan reads its base; the rest waits
+        # for that erasure's own run. An erasure running now holds the barrier: this waits.
         with erasure_barrier(lake, exclusive=True):
-            if stopped_erasures(lake):
+            if stopped_erasures(lake, unrepaired=True):
                 say(f"{repair_stopped(lake)} version(s) brought in line with the files "
-                    f"{stopped_erasures(lake)} stopped erasure(s) rewrote: run those "
-                    "erasures again to finish them")
+                    "stopped erasures rewrote")
     if publish and not allow_rewind:
         RewindRefused.check(lake, as_of)
     registry = settings.registry
@@ -431,6 +430,9 @@ def run_batch(
     # Shared with other runs, exclusive of an erasure (which rewrites the files read here).
     with hold_run(lake, plan.run), erasure_barrier(lake, exclusive=False):
         _sweep(lake, say)
+        if stopped := stopped_erasures(lake):  # none runs while this holds the barrier
+            say(f"{stopped} erasure(s) stopped part-way: run each again (`leaderboard erase "
+                "PLAYER --yes` or DELETE /v1/admin/players/PLAYER) to finish it")
         eng = open_engine(engine or settings.engine, spark_master=spark_master)
         try:
             say(f"{plan.mode} run as of {as_of} on {eng.name}: reading {len(plan.files)} landed "

@@ -225,10 +225,13 @@ def _rollup_entry(lake: Path, path: str, day: Any) -> tuple[int, int, int]:
 
 def _entries_from_files(lake: Path, files: set[str], rollups: set[str],
                         standings: dict[tuple[str, str], tuple[int, int]],
-                        histograms: dict[tuple[str, str], int]) -> None:
+                        histograms: dict[tuple[str, str], int]) -> set[str]:
     """Add to the pass's changes the rollup, standings and histogram files `files` (paths
     below the lake) a stopped erasure had set out to rewrite: their index entries are read
-    from the files as they are now (a file gone since, by retention, names no live entry)."""
+    from the files as they are now (a file gone since, by retention, names no live entry).
+    Returns the standings and histogram files read whole: a window an entry names that is
+    not in such a file any more (the erased player was all it held) has no rows."""
+    read: set[str] = set()
     for relative in sorted(files):
         path = lake / relative
         if not path.exists():
@@ -242,22 +245,27 @@ def _entries_from_files(lake: Path, files: set[str], rollups: set[str],
                                        grouped.column("score_count").to_pylist(),
                                        grouped.column("score_sum").to_pylist(), strict=True):
             standings.setdefault((relative, window), (int(rows), int(total or 0)))
+        read.add(relative)
         histogram = _histogram_of(lake, path)
         if histogram.exists():
             hrel = str(histogram.relative_to(lake))
+            read.add(hrel)
             counts = pq.read_table(histogram, columns=["window_id"]).group_by(
                 "window_id").aggregate([("window_id", "count")])
             for window, rows in zip(counts.column("window_id").to_pylist(),
                                     counts.column("window_id_count").to_pylist(), strict=True):
                 histograms.setdefault((hrel, window), int(rows))
+    return read
 
 
 def _versions(lake: Path, player: str | None, rollups: set[str],
               standings: dict[tuple[str, str], tuple[int, int]],
-              histograms: dict[tuple[str, str], int], report: LakeErasure) -> None:
+              histograms: dict[tuple[str, str], int], report: LakeErasure,
+              read: frozenset[str] = frozenset()) -> None:
     """Bring every manifest (published, sealed or set aside) whose files the pass rewrote,
     or whose bans name the player, in line with its files; the others are left as they are
-    (an id the lake never held rewrote every manifest and answered them all)."""
+    (an id the lake never held rewrote every manifest and answered them all). `read`: files
+    whose every window is in `standings`/`histograms` (`_entries_from_files`)."""
     for path in sorted(manifests_dir(lake).glob("*.json*")):
         if path.name == "current.json":
             continue
@@ -267,7 +275,7 @@ def _versions(lake: Path, player: str | None, rollups: set[str],
         table = manifest.standings(lake).to_pylist()
         if not (player in manifest.inputs.get("banned", [])
                 or any(str(lake / e["path"]) in rollups for e in entries)
-                or any((e["path"], e["window_id"]) in standings
+                or any((e["path"], e["window_id"]) in standings or e["path"] in read
                        or (e["histogram"], e["window_id"]) in histograms for e in table)):
             continue
         for entry in entries:
@@ -280,8 +288,12 @@ def _versions(lake: Path, player: str | None, rollups: set[str],
             hkey = (entry["histogram"], entry["window_id"])
             if key in standings:
                 entry["rows"], entry["score_total"] = standings[key]
+            elif entry["path"] in read:  # a window the file no longer holds: emptied
+                entry["rows"], entry["score_total"] = 0, 0
             if hkey in histograms:
                 entry["histogram_rows"] = histograms[hkey]
+            elif entry["histogram"] in read:
+                entry["histogram_rows"] = 0
         standings_index = pa.Table.from_pylist(
             table, schema=manifest.standings(lake).schema)
         manifest.inputs["banned"] = [p for p in manifest.inputs.get("banned", []) if p != player]
@@ -359,8 +371,16 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
                                    for p in held_rollups + held_standings})
     rollups = _rewrite(report, "rollups", held_rollups, player)
     standings, histograms = _standings(lake, registry, player, held_standings, report)
-    _entries_from_files(lake, _stopped(lake), rollups, standings, histograms)
-    _versions(lake, player, rollups, standings, histograms, report)
+    # The files a stopped run of this erasure rewrote, and those of other players' stopped
+    # erasures whose versions are not in line yet: read whole from the files.
+    others = {m: f for m, f in _markers(lake, unrepaired=True).items() if m != marker}
+    read = _entries_from_files(lake, mine.union(*others.values()), rollups, standings,
+                               histograms)
+    _versions(lake, player, rollups, standings, histograms, report, frozenset(read))
+    for other, listed in others.items():
+        _write_journal(other, listed, repaired=True)
+    _write_journal(marker, mine | {str(p.relative_to(lake))
+                                   for p in held_rollups + held_standings}, repaired=True)
     say(f"rollups and {report.windows} standings window(s) of {report.versions} version(s) "
         "rewritten")
     return report
@@ -374,23 +394,33 @@ def _journal(marker: Path) -> set[str]:
         return set()
 
 
-def _write_journal(marker: Path, files: set[str]) -> None:
-    atomic_write_bytes(marker, json.dumps({"files": sorted(files)}, indent=1).encode())
+def _write_journal(marker: Path, files: set[str], *, repaired: bool = False) -> None:
+    """The marker: the files, and whether the versions naming them are in line with them
+    already (`repaired`: only the steps needing the id are left)."""
+    atomic_write_bytes(marker, json.dumps({"files": sorted(files), "repaired": repaired},
+                                          indent=1).encode())
 
 
-def _stopped(lake: Path) -> set[str]:
-    """Every file a stopped (or this) erasure set out to rewrite, by their markers."""
+def _markers(lake: Path, *, unrepaired: bool = False) -> dict[Path, set[str]]:
+    """The markers of erasures under way or stopped (`unrepaired`: those whose versions
+    are not in line yet) and their files."""
     folder = erasure_dir(lake)
-    found: set[str] = set()
+    found = {}
     for marker in sorted(folder.glob("pending-*")) if folder.is_dir() else []:
-        found |= _journal(marker)
+        try:
+            repaired = bool(json.loads(marker.read_text() or "{}").get("repaired"))
+        except (OSError, ValueError):
+            repaired = False
+        if not (unrepaired and repaired):
+            found[marker] = _journal(marker)
     return found
 
 
-def stopped_erasures(lake: Path) -> int:
-    """How many erasures were stopped part-way and not run again (their markers)."""
-    folder = erasure_dir(lake)
-    return len(list(folder.glob("pending-*"))) if folder.is_dir() else 0
+def stopped_erasures(lake: Path, *, unrepaired: bool = False) -> int:
+    """How many erasures were stopped part-way and not run again (their markers; with
+    `unrepaired`, those whose versions are not brought in line yet). Asked under the
+    erasure barrier, none is running."""
+    return len(_markers(lake, unrepaired=unrepaired))
 
 
 def repair_stopped(lake: Path) -> int:
@@ -402,7 +432,11 @@ def repair_stopped(lake: Path) -> int:
     rollups: set[str] = set()
     standings: dict[tuple[str, str], tuple[int, int]] = {}
     histograms: dict[tuple[str, str], int] = {}
-    _entries_from_files(lake, _stopped(lake), rollups, standings, histograms)
+    markers = _markers(lake, unrepaired=True)
+    files = set().union(*markers.values())
+    read = _entries_from_files(lake, files, rollups, standings, histograms)
     report = LakeErasure()
-    _versions(lake, None, rollups, standings, histograms, report)
+    _versions(lake, None, rollups, standings, histograms, report, frozenset(read))
+    for marker, listed in markers.items():  # once: later nights need not read them again
+        _write_journal(marker, listed, repaired=True)
     return report.versions
