@@ -386,12 +386,20 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
     return report
 
 
+def _read_marker(marker: Path) -> dict[str, Any]:
+    """An erasure's marker as written (`_write_journal`); {} when unreadable (then it lists
+    no file and is not repaired: it still says an erasure is to be run again)."""
+    try:
+        found = json.loads(marker.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def _journal(marker: Path) -> set[str]:
     """The files (below the lake) an erasure's marker says it set out to rewrite."""
-    try:
-        return set(json.loads(marker.read_text() or "{}").get("files", []))
-    except (OSError, ValueError):
-        return set()
+    files = _read_marker(marker).get("files", [])
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
 
 
 def _write_journal(marker: Path, files: set[str], *, repaired: bool = False) -> None:
@@ -407,10 +415,7 @@ def _markers(lake: Path, *, unrepaired: bool = False) -> dict[Path, set[str]]:
     folder = erasure_dir(lake)
     found = {}
     for marker in sorted(folder.glob("pending-*")) if folder.is_dir() else []:
-        try:
-            repaired = bool(json.loads(marker.read_text() or "{}").get("repaired"))
-        except (OSError, ValueError):
-            repaired = False
+        repaired = bool(_read_marker(marker).get("repaired"))
         if not (unrepaired and repaired):
             found[marker] = _journal(marker)
     return found

@@ -385,6 +385,11 @@ def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypa
     result = erase_player(settings, speed, VICTIM, settle=0.0)
     for manifest in list_versions(lake):
         validate_version(lake, manifest.version, registry=registry)
+        for entry in manifest.standings(lake).to_pylist():  # validate_version reads none
+            if entry["histogram"]:
+                windows = pq.read_table(lake / entry["histogram"], columns=["window_id"])
+                assert entry["histogram_rows"] == windows.column("window_id").to_pylist(
+                    ).count(entry["window_id"]), entry
     assert _redis_holding(client) == []
     assert _settled_holding(settings.data_dir) == []
     # Each histogram counts the players its window's standings hold, in every kind.

@@ -171,3 +171,19 @@ def test_a_barrier_file_removed_before_its_lock_is_opened_again(tmp_path, monkey
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as probe, pytest.raises(BlockingIOError):
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+
+def test_a_marker_that_is_not_an_object_stops_nothing(tmp_path):
+    """Regression (review s9e): a marker of valid JSON that is not an object (`null`,
+    `[]`) raised AttributeError in every nightly batch and every erasure. It lists no file
+    and still counts as a stopped erasure."""
+    from jobs.erase import repair_stopped, stopped_erasures
+
+    folder = tmp_path / "erasure"
+    folder.mkdir()
+    for number, text in enumerate(("null", "[]", '"x"', "{not json", "")):
+        (folder / f"pending-{number}").write_text(text)
+    assert stopped_erasures(tmp_path) == 5
+    assert repair_stopped(tmp_path) == 0
+    assert stopped_erasures(tmp_path) == 5
