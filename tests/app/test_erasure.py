@@ -342,7 +342,7 @@ def test_an_erasure_killed_before_its_manifest_leaves_files_the_nightly_sweep_re
     assert sweep_dead_runs(lake).runs == []  # its tombstone went with its files
 
 
-@pytest.mark.parametrize("stop", ["before_the_versions", "at_a_histogram"])
+@pytest.mark.parametrize("stop", ["before_the_versions", "at_a_histogram", "at_the_rebase"])
 def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypatch, stop):
     """Regression (review s9b, finding 1): an erasure stopped after rewriting lake files
     (a kill, a full disk), then run again, found nothing of the id left: it skipped the
@@ -376,6 +376,8 @@ def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypa
 
     if stop == "before_the_versions":
         monkeypatch.setattr(erase_module, "_versions", stopped)
+    elif stop == "at_the_rebase":  # the lake and its versions done, Redis not
+        monkeypatch.setattr(speed, "rebase", stopped)
     else:
         monkeypatch.setattr(erase_module, "atomic_write_parquet", stopped_at_a_histogram)
     with pytest.raises(OSError, match="stopped"):
