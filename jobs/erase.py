@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from jobs.duckdb_engine import histogram_sql
 from leaderboard.bans import bans_dir
-from leaderboard.erasure import erasure_dir, record_erasure, without_player
+from leaderboard.erasure import erasure_dir, holds_player, record_erasure, without_player
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.manifest import Manifest, manifests_dir, write_version
 from leaderboard.profiles import profiles_dir
@@ -148,13 +148,6 @@ def _histograms(standings: pa.Table, windows: set[str]) -> pa.Table:
         """).to_arrow_table()
     finally:
         con.close()
-
-
-def _holding(paths: list[Path], player: str) -> list[Path]:
-    """The files among `paths` whose `player_id` column holds the player: that column only,
-    pruned by row-group statistics (most files are never opened further)."""
-    return [path for path in paths if pq.read_table(
-        path, columns=["player_id"], filters=[("player_id", "=", player)]).num_rows]
 
 
 def _histogram_of(lake: Path, standings: Path) -> Path:
@@ -365,22 +358,19 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
                  redact=(text,))
     _releases(lake, player, report)
     say(f"landing zone, quarantine and logs: {report.rows} row(s) removed")
-    held_rollups = _holding(sorted((lake / "rollups").rglob("*.parquet")), player)
-    held_standings = _holding(sorted((lake / "standings").rglob("*.parquet")), player)
-    _write_journal(marker, mine | {str(p.relative_to(lake))
-                                   for p in held_rollups + held_standings})
+    held_rollups = [p for p in sorted((lake / "rollups").rglob("*.parquet"))
+                    if holds_player(p, player)]
+    held_standings = [p for p in sorted((lake / "standings").rglob("*.parquet"))
+                      if holds_player(p, player)]
+    journal = mine | {str(p.relative_to(lake)) for p in held_rollups + held_standings}
+    _write_journal(marker, journal)
     rollups = _rewrite(report, "rollups", held_rollups, player)
     standings, histograms = _standings(lake, registry, player, held_standings, report)
-    # The files a stopped run of this erasure rewrote, and those of other players' stopped
-    # erasures whose versions are not in line yet: read whole from the files.
+    # The files a stopped run of this erasure rewrote (the pass knows this run's own), and
+    # those of other players' stopped erasures whose versions are not in line yet.
     others = {m: f for m, f in _markers(lake, unrepaired=True).items() if m != marker}
-    read = _entries_from_files(lake, mine.union(*others.values()), rollups, standings,
-                               histograms)
-    _versions(lake, player, rollups, standings, histograms, report, frozenset(read))
-    for other, listed in others.items():
-        _write_journal(other, listed, repaired=True)
-    _write_journal(marker, mine | {str(p.relative_to(lake))
-                                   for p in held_rollups + held_standings}, repaired=True)
+    _in_line(lake, player, others, mine, rollups, standings, histograms, report)
+    _write_journal(marker, journal, repaired=True)
     say(f"rollups and {report.windows} standings window(s) of {report.versions} version(s) "
         "rewritten")
     return report
@@ -434,14 +424,19 @@ def repair_stopped(lake: Path) -> int:
     version whose indexes disagree with its files fails the batch's checks). The rest of
     each stopped erasure (Redis, the re-publish) waits for its own run. Returns the
     versions rewritten."""
-    rollups: set[str] = set()
-    standings: dict[tuple[str, str], tuple[int, int]] = {}
-    histograms: dict[tuple[str, str], int] = {}
-    markers = _markers(lake, unrepaired=True)
-    files = set().union(*markers.values())
-    read = _entries_from_files(lake, files, rollups, standings, histograms)
     report = LakeErasure()
-    _versions(lake, None, rollups, standings, histograms, report, frozenset(read))
-    for marker, listed in markers.items():  # once: later nights need not read them again
-        _write_journal(marker, listed, repaired=True)
+    _in_line(lake, None, _markers(lake, unrepaired=True), set(), set(), {}, {}, report)
     return report.versions
+
+
+def _in_line(lake: Path, player: str | None, markers: dict[Path, set[str]], files: set[str],
+             rollups: set[str], standings: dict[tuple[str, str], tuple[int, int]],
+             histograms: dict[tuple[str, str], int], report: LakeErasure) -> None:
+    """Bring the versions in line with the pass's changes and with the files `files` and
+    those the `markers` list (read whole from the files), then mark those markers repaired:
+    once, later runs need not read their files again."""
+    read = _entries_from_files(lake, files.union(*markers.values()), rollups, standings,
+                               histograms)
+    _versions(lake, player, rollups, standings, histograms, report, frozenset(read))
+    for marker, listed in markers.items():
+        _write_journal(marker, listed, repaired=True)

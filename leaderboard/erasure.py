@@ -37,7 +37,8 @@ from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.timeutil import format_instant
 
 __all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "ErasureRunning", "erasure_barrier",
-           "erasure_dir", "record_erasure", "redact_erased", "without_player"]
+           "erasure_dir", "holds_player", "record_erasure", "redact_erased",
+           "without_player"]
 
 #: What a quarantined row of an erased id holds in place of the id: this and the hash.
 ERASED_PREFIX = "erased:"
@@ -226,6 +227,13 @@ def redact_erased(text: str, ledger: ErasureLedger) -> str:
     return _redact(text, ledger.erased)
 
 
+def holds_player(path: Path, player_id: str) -> bool:
+    """Whether a Parquet file's `player_id` column holds the id: that column only, pruned by
+    row-group statistics (most files are never opened further)."""
+    return bool(pq.read_table(path, columns=["player_id"],
+                              filters=[("player_id", "=", player_id)]).num_rows)
+
+
 def without_player(path: Path, player_id: str, *, any_text: bool = False,
                    drop_empty: bool = False, redact: tuple[str, ...] = ()) -> int:
     """Rewrite one Parquet file without the rows of `player_id` (its `player_id` column;
@@ -241,9 +249,8 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
     # `_redact`, as text written later is.
     exact = f"(^|[^{_ID_CHARS}]){re.escape(player_id)}($|[^{_ID_CHARS}])"
     token = f"(^|[^{_ID_CHARS}]){re.escape(player_id)}[{_TRAILING}]*($|[^{_ID_CHARS}])"
-    if not any_text and not redact and not pq.read_table(
-            path, columns=["player_id"], filters=[("player_id", "=", player_id)]).num_rows:
-        return 0  # the id's column only, pruned by row-group statistics: most files
+    if not any_text and not redact and not holds_player(path, player_id):
+        return 0
     table = pq.read_table(path)
     if table.num_rows == 0:
         return 0

@@ -180,6 +180,11 @@ class SpeedStatus:
         return self.__dict__.copy()
 
 
+def _applied_key(void: Void) -> str:
+    """A void's member in a version's set of applied voids (`voids_key`)."""
+    return f"{void.match_id}\x00{void.player_id or ALL_PLAYERS}"
+
+
 @dataclass(frozen=True)
 class VoidApplied:
     """A void's answer: the players whose live standings changed, and what it could not
@@ -931,10 +936,8 @@ class SpeedLayer:
         # The voids of the match in effect on this version: its batch had them (before its
         # watermark) or they were applied to its state (as `apply_voids` tells). One not in
         # effect (its application failed part-way) changes standings when applied now.
-        done = {_text(v) for v in self.client.smembers(voids_key(version.tag))}
-        effective = [v for v in voids if (version.watermark is not None
-                                          and v.at < version.watermark)
-                     or f"{v.match_id}\x00{v.player_id or ALL_PLAYERS}" in done]
+        applied = self._applied(version)
+        effective = [v for v in voids if self._in_effect(version, v, applied)]
         # The covering void that stands: one in effect if any (nothing changes then).
         earlier = next((v for v in covering if v in effective),
                        covering[0] if covering else None)
@@ -1013,23 +1016,31 @@ class SpeedLayer:
                     self._recompute(version, player, sorted(windows))
                     players.append(player)
         self.client.sadd(voids_key(version.tag),
-                         f"{void.match_id}\x00{void.player_id or ALL_PLAYERS}")
+                         _applied_key(void))
         return players
 
     def apply_voids(self, version: SpeedVersion) -> int:
         """Apply to one version's state the voids its batch had not seen (at or after its
         watermark) and the state does not hold yet; returns how many. The fold leaves
         voided rows out by itself: this corrects what was counted before the void."""
-        applied = {_text(v) for v in self.client.smembers(voids_key(version.tag))}
+        applied = self._applied(version)
         count = 0
         for void in read_voids(self.lake):
-            if version.watermark is not None and void.at < version.watermark:
-                continue
-            if f"{void.match_id}\x00{void.player_id or ALL_PLAYERS}" in applied:
-                continue
-            self._apply_void(version, void)
-            count += 1
+            if not self._in_effect(version, void, applied):
+                self._apply_void(version, void)
+                count += 1
         return count
+
+    def _applied(self, version: SpeedVersion) -> set[str]:
+        """The voids applied to a version's state (`_applied_key` of each)."""
+        return {_text(v) for v in self.client.smembers(voids_key(version.tag))}
+
+    @staticmethod
+    def _in_effect(version: SpeedVersion, void: Void, applied: set[str]) -> bool:
+        """Whether `void` holds on the version: its batch had it (before its watermark) or
+        its state applied it (`applied`: `_applied`)."""
+        return ((version.watermark is not None and void.at < version.watermark)
+                or _applied_key(void) in applied)
 
     def _void_race(self, version: SpeedVersion, players: set[str],
                    windows: list[tuple[str, str]]) -> None:
