@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -350,6 +351,17 @@ def _one_refresh(data_dir: Path) -> Iterator[None]:
         yield  # closing the file releases the lock
 
 
+def _remove_killed_refreshes(data_dir: Path, target: Path) -> None:
+    """Remove what killed refreshes left: their temp database and DuckDB's files beside it
+    (`<temp>.wal` holds what it wrote since its last checkpoint; `<temp>.tmp/` is its spill
+    directory). Called under the refresh lock, so none of them is a running refresh's."""
+    for stale in data_dir.glob(f".{target.name}.*.tmp*"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 def refresh_warehouse(data_dir: Path, registry: Registry, *, relink: bool = False) -> Path:
     """Rebuild the warehouse views for the lake's current state; returns its path.
     `relink`: rebuild the link tree whole (prune, then link every shown file again), as a
@@ -362,8 +374,7 @@ def refresh_warehouse(data_dir: Path, registry: Registry, *, relink: bool = Fals
 def _refresh(data_dir: Path, registry: Registry, *, relink: bool) -> Path:
     lake = (data_dir / "lake").resolve()
     target = warehouse_path(data_dir)
-    for stale in data_dir.glob(f".{target.name}.*.tmp"):  # a killed refresh's (the lock)
-        stale.unlink(missing_ok=True)
+    _remove_killed_refreshes(data_dir, target)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     current = read_current(lake)
     tree = LinkTree(data_dir.absolute())

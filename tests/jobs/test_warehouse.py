@@ -712,3 +712,37 @@ def test_a_refresh_waits_for_another_so_its_prune_spares_the_others_temp_link(
     held = [p for p in (data / "warehouse.files").rglob("*") if not p.is_dir()]
     assert [p for p in held if not p.is_symlink() or p.name.endswith(".tmp")] == []
     _assert_shows_the_lake(data)
+
+
+_KILLED_REFRESH = """
+import os, sys, duckdb
+con = duckdb.connect(os.path.join(sys.argv[1], f".warehouse.duckdb.{os.getpid()}.tmp"))
+con.execute("CREATE TABLE half_built AS SELECT range AS x FROM range(1000)")
+print("written", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_refresh_removes_a_killed_refreshs_temp_database_and_its_wal(tmp_path):
+    """A refresh killed while it builds (kill -9, as a killed batch's task) leaves its
+    temp database and DuckDB's write-ahead log beside it; the next refresh removes both,
+    and the warehouse it builds opens."""
+    registry = load_registry()
+    killed = subprocess.Popen([sys.executable, "-c", _KILLED_REFRESH, str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert killed.stdout is not None
+        assert killed.stdout.readline().strip() == "written"
+    finally:
+        killed.kill()
+        killed.wait()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == [f".warehouse.duckdb.{killed.pid}.tmp",
+                    f".warehouse.duckdb.{killed.pid}.tmp.wal"]
+    refresh_warehouse(tmp_path, registry)
+    assert [p.name for p in tmp_path.glob(".warehouse.duckdb.*")] == []
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM boards").fetchone()[0] > 0
+    finally:
+        con.close()
