@@ -32,8 +32,8 @@ from serving.merge import MergedBoard
 from serving.percentiles import keys_at, position_for, top_percent
 from serving.profiles import ProfileCache
 
-__all__ = ["MAX_AROUND_K", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED", "Leaderboards", "QueryError",
-           "decode_cursor", "encode_cursor"]
+__all__ = ["MAX_AROUND_K", "MAX_CURSOR_OFFSET", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED",
+           "CursorError", "Leaderboards", "QueryError", "decode_cursor", "encode_cursor"]
 
 UNRANKED = "unranked"
 
@@ -280,22 +280,38 @@ def _top_percent(value: float | str) -> Decimal:
         raise QueryError(str(exc)) from None
 
 
+#: The largest offset a cursor may hold: every JSON reader holds it exactly (2^53 - 1), and
+#: Redis ranks (int64) are far beyond any board's size.
+MAX_CURSOR_OFFSET = 2**53 - 1
+
+
+class CursorError(QueryError):
+    """A cursor this API did not return (forged, truncated, out of range)."""
+
+
 def encode_cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str | None) -> int:
+    """The offset a cursor holds: base64url of `{"o": <integer 0..2^53-1>}`, nothing else
+    (a float, a bool, a string or a number past the bound is a forged cursor, refused)."""
     if not cursor:
         return 0
+    shown = cursor if len(cursor) <= 40 else cursor[:40] + "..."
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        offset = int(json.loads(base64.urlsafe_b64decode(padded))["o"])
-    except (ValueError, KeyError, TypeError):
-        raise QueryError(f"cursor {cursor!r} is not one this API returned; pass the "
-                         "next_cursor of the previous page, or none for the first page"
-                         ) from None
-    if offset < 0:
-        raise QueryError("cursor is out of range")
+        data = json.loads(base64.urlsafe_b64decode(padded))
+    except (ValueError, TypeError, RecursionError):
+        data = None
+    offset = data.get("o") if isinstance(data, dict) and len(data) == 1 else None
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise CursorError(f"cursor {shown!r} is not one this API returned; pass the "
+                          "next_cursor of the previous page, or none for the first page")
+    if not 0 <= offset <= MAX_CURSOR_OFFSET:
+        raise CursorError(f"cursor {shown!r} holds offset {str(offset)[:24]}, out of range "
+                          f"(0 to {MAX_CURSOR_OFFSET:,}); pass the next_cursor of the "
+                          "previous page, or none for the first page")
     return offset
 
 

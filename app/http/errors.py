@@ -20,7 +20,7 @@ from starlette.routing import Match
 from leaderboard.manifest import ManifestError
 from leaderboard.speed_keys import StateLost
 from serving.cache import CacheUnavailable
-from serving.service import QueryError
+from serving.service import CursorError, QueryError
 
 __all__ = ["ERROR_BODY", "ApiError", "documented", "error_response", "install_error_handlers"]
 
@@ -127,6 +127,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def query_error(request: Request, exc: Exception) -> Response:
         return error_response(400, "bad_query", str(exc))
 
+    async def cursor_error(request: Request, exc: Exception) -> Response:
+        return error_response(400, "bad_cursor", str(exc))
+
     async def unavailable(request: Request, exc: Exception) -> Response:
         return error_response(503, "unavailable", f"the speed layer (Redis) is unavailable: "
                                                   f"{exc}; retry shortly", {"Retry-After": "5"})
@@ -158,6 +161,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(QueryError, query_error)
+    app.add_exception_handler(CursorError, cursor_error)
     app.add_exception_handler(redis.RedisError, unavailable)
     app.add_exception_handler(StateLost, state_lost)
     app.add_exception_handler(CacheUnavailable, stale)

@@ -3,6 +3,7 @@ every read route, bounds, admin bans, health and metrics, and `leaderboard serve
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -520,6 +521,33 @@ def test_bad_reads_say_what_is_wrong(reader, path, params, status, says):
     body = answer.json()
     assert body["error"], body
     assert says in body["message"], body
+
+
+def _cursor(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("forged", ['{"o": 1e400}', '{"o": 9223372036854775808}',
+                                    '{"o": 9007199254740992}', '{"o": -1}', '{"o": 1.5}',
+                                    '{"o": true}', '{"o": "5"}', '{"o": NaN}', '[5]',
+                                    '{"o": 5, "x": 1}', '{"o": 1' + '0' * 5000 + '}'])
+def test_a_forged_cursor_is_a_400(reader, forged):
+    """A cursor is base64url of {"o": an integer from 0 to 2^53 - 1}: any other payload
+    (a float beyond the doubles, past int64, a bool, a string, extra fields) is 400
+    `bad_cursor`, never a 500 or a 503 from Redis."""
+    answer = reader.get("/v1/boards/global/top", params={"cursor": _cursor(forged)[:256]})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "bad_cursor", answer.text
+    assert "next_cursor" in answer.json()["message"]
+    assert len(answer.json()["message"]) < 300
+
+
+def test_the_last_offset_a_cursor_holds_is_served(world):
+    """The largest offset a cursor may hold pages past the end: an empty page, no cursor."""
+    answer = world.client.get("/v1/boards/global/top",
+                        params={"cursor": _cursor('{"o": 9007199254740991}')})
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["entries"], answer.json()["next_cursor"]) == ([], None)
 
 
 # -- admin ------------------------------------------------------------------------------------
