@@ -22,7 +22,8 @@ from leaderboard.speed_keys import StateLost
 from serving.cache import CacheUnavailable
 from serving.service import CursorError, QueryError
 
-__all__ = ["ERROR_BODY", "ApiError", "documented", "error_response", "install_error_handlers"]
+__all__ = ["ERROR_BODY", "SHOWN_PREFIX", "ApiError", "documented", "error_response",
+           "install_error_handlers"]
 
 #: Every answer other than 2xx (healthz's 503 included): its OpenAPI schema.
 ERROR_BODY: dict[str, Any] = {
@@ -97,6 +98,27 @@ def _rule(error: Mapping[str, Any]) -> str:
     return str(error.get("msg", ""))
 
 
+#: How much of a bad value an error answer shows: enough to recognise it, never the value
+#: whole (a 10 MB field is not echoed back, twice).
+SHOWN_PREFIX = 40
+
+
+def _prefix(value: Any) -> Any:
+    """A value as an error answer shows it: a string or number cut to SHOWN_PREFIX
+    characters, marked with `...` when cut."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return value
+    text = value if isinstance(value, str) else _number(value)
+    return value if len(text) <= SHOWN_PREFIX else text[:SHOWN_PREFIX] + "..."
+
+
+def _number(value: int | float) -> str:
+    try:
+        return str(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return "(a number too long to show)"
+
+
 def _allowed(request: Request) -> str:
     """Every method some route takes on this path: Starlette's 405 names only the first
     route matching the path, and a path may have a route per method (a profile's GET, PUT)."""
@@ -115,9 +137,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        errors = [{"where": ".".join(str(p) for p in e.get("loc", ())),
+        errors = [{"where": _prefix(".".join(str(p) for p in e.get("loc", ()))),
                    "message": _rule(e),
-                   "got": e.get("input") if isinstance(e.get("input"), str | int | float)
+                   "got": _prefix(e["input"]) if isinstance(e.get("input"), str | int | float)
                    else None} for e in exc.errors()]
         text = "; ".join(f"{e['where']}: {e['message']}"
                          + (f" (got {e['got']!r})" if e["got"] is not None else "")

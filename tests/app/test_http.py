@@ -545,12 +545,54 @@ def test_a_forged_cursor_is_a_400(reader, forged):
 def test_the_last_offset_a_cursor_holds_is_served(world):
     """The largest offset a cursor may hold pages past the end: an empty page, no cursor."""
     answer = world.client.get("/v1/boards/global/top",
-                        params={"cursor": _cursor('{"o": 9007199254740991}')})
+                              params={"cursor": _cursor('{"o": 9007199254740991}')})
     assert answer.status_code == 200, answer.text
     assert (answer.json()["entries"], answer.json()["next_cursor"]) == ([], None)
 
 
 # -- admin ------------------------------------------------------------------------------------
+
+_ADMIN_BODIES = ["/v1/admin/bans", "/v1/admin/unbans", "/v1/admin/voids",
+                 "/v1/admin/quarantine/release"]
+
+
+@pytest.mark.parametrize("route", _ADMIN_BODIES)
+def test_an_admin_body_is_bounded(world, route):
+    """Every admin route with a body refuses a 1 MB one (past MAX_ADMIN_BODY) with 413, by
+    its Content-Length or, without one, while streaming: it is never read whole."""
+    big = b'{"player_id": "' + b"x" * 1_000_000 + b'"}'
+    answer = world.client.post(route, content=big, headers={"X-Admin-Key": ADMIN})
+    assert answer.status_code == 413, answer.text[:300]
+    assert answer.json()["error"] == "body_too_large"
+    streamed = world.client.post(route, content=iter([big[:1000], big[1000:]]),
+                                 headers={"X-Admin-Key": ADMIN})
+    assert streamed.status_code == 413, streamed.text[:300]
+
+
+@pytest.mark.parametrize(("route", "body"), [
+    ("/v1/admin/bans", {"player_id": "x" * 100_000}),
+    ("/v1/admin/voids", {"match_id": "m\n" * 30_000, "reason": "r"}),
+    ("/v1/admin/voids", {"match_id": "m", "reason": "r" * 100_000}),
+    ("/v1/admin/quarantine/release", {"ids": ["y" * 100_000]}),
+])
+def test_an_admin_error_shows_a_short_prefix_of_the_bad_value(world, route, body):
+    """A bad value is named by a short prefix, not echoed whole (it was, twice: in the
+    message and in `errors[].got`)."""
+    answer = world.client.post(route, json=body, headers={"X-Admin-Key": ADMIN})
+    assert answer.status_code == 422, answer.text[:300]
+    assert len(answer.content) < 1000, answer.text[:300]
+    got = [e["got"] for e in answer.json()["errors"] if e["got"] is not None]
+    assert got, answer.text
+    assert all(g.endswith("...") and len(g) <= 43 for g in got), got
+
+
+def test_a_read_error_shows_a_short_prefix_of_the_bad_value(reader):
+    """A query parameter is shown by a prefix too."""
+    answer = reader.get("/v1/boards/global/top", params={"window": "w" * 60_000})
+    assert answer.status_code == 422
+    assert len(answer.content) < 1000, answer.text[:300]
+    assert answer.json()["errors"][0]["got"] == "w" * 40 + "..."
+
 
 def test_ban_and_unban_show_in_the_next_read(world):
     leader = world.client.get("/v1/boards/global/top", params={"n": 3}).json()["entries"][0]

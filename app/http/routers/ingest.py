@@ -28,7 +28,7 @@ from app.sources import unparseable_rows
 from leaderboard.schema import INPUT_FIELDS
 from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 
-__all__ = ["EVENT_BODY_SCHEMA", "router", "server_and_body"]
+__all__ = ["EVENT_BODY_SCHEMA", "read_body", "router", "server_and_body"]
 
 router = APIRouter(tags=["ingest"])
 
@@ -62,7 +62,7 @@ EVENT_BODY_SCHEMA: dict[str, Any] = {"anyOf": [
 _TEXT_FIELDS = ("match_id", "player_id", "event_time", "region", "mode")
 
 
-async def _read_body(request: Request, limit: int, advice: str | None = None) -> bytes:
+async def read_body(request: Request, limit: int, advice: str | None = None) -> bytes:
     """The body, refused 413 as soon as it is known to exceed `limit` bytes (by
     Content-Length, else while streaming), so an oversized body is never read whole;
     `advice` says what to send instead (default: an events batch's)."""
@@ -92,7 +92,7 @@ async def server_and_body(
     keys = service.config.keys
     server_id = check_server(keys, token_of(bearer, x_api_key),
                              signed=bool(x_server_id and x_signature))
-    body = await _read_body(request, service.config.max_body_bytes if limit is None else limit,
+    body = await read_body(request, service.config.max_body_bytes if limit is None else limit,
                             advice)
     if server_id is None:
         assert x_server_id is not None

@@ -45,7 +45,7 @@ async def _release_request(request: Request) -> ReleaseRequest:
 
 
 router = APIRouter(tags=["admin"], responses=documented(
-    401, 403, 422, 503, s401="no admin key", s403="a wrong admin key, or none is configured",
+    401, 403, 413, 422, 503, s401="no admin key", s403="a wrong admin key, or none is configured",
     s422="a parameter or the body breaks the schema"))
 Reason = Literal[tuple(sorted(REASONS))]  # type: ignore[valid-type]
 
