@@ -44,7 +44,7 @@ from jobs.spec import (
 from jobs.sweep import SweepRefused, hold_run, sweep_dead_runs
 from leaderboard.bans import banned_players
 from leaderboard.binding import bind_registry
-from leaderboard.calendar import ALL_TIME
+from leaderboard.calendar import ALL_TIME, Calendar
 from leaderboard.erasure import erasure_barrier
 from leaderboard.faults import checkpoint
 from leaderboard.lake import (
@@ -564,13 +564,17 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
     base = previous if mode == "incremental" else None
     listed = {str(f.path.relative_to(lake)) for f in files}
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
-    if files:
-        first_day = min(first_day, _earliest_event_date(files, registry.calendar.all_time_start))
+    # An event may lie ahead of its landing by up to future_skew (days, with a wide skew):
+    # the calendar reaches its date, so it counts in the window its event_time falls in.
+    last_day = as_of + timedelta(days=1)
+    if (span := _event_date_range(files, registry.calendar)) is not None:
+        first_day, last_day = min(first_day, span[0]), max(last_day, span[1])
     if base is not None:  # raw events of old dates may be gone (retention); rollups are not
-        first_day = min(first_day, _earliest_rollup_date(lake, base))
+        earliest, latest = _rollup_date_range(lake, base)
+        first_day, last_day = min(first_day, earliest), max(last_day, latest)
     return _Plan(
         as_of=as_of, run=run, started=started, watermark=watermark, files=files, base=base,
-        mode=mode, calendar=calendar_table(registry, first_day, as_of + timedelta(days=1)),
+        mode=mode, calendar=calendar_table(registry, first_day, last_day),
         bits=lateness_bits(registry), banned=banned_players(lake, before=watermark),
         voids=voids, absorbed=sorted(absorbed & listed) if base is not None else [],
         revoid=revoid if base is not None else None)
@@ -927,19 +931,25 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
     )
 
 
-def _earliest_event_date(files: list[Any], floor: date) -> date:
-    """The earliest event date in the landed files, from Parquet statistics (no data read),
-    and never before `floor` (the calendar's all_time_start: no event counts before it)."""
-    earliest = min((stamp_range(f.path, "event_time")[0] for f in files),
-                   default=datetime.now(UTC))
-    return max(earliest.date(), floor)
+def _event_date_range(files: list[Any], calendar: Calendar) -> tuple[date, date] | None:
+    """The earliest and latest event dates in the landed files, from Parquet statistics (no
+    data read): never before the calendar's all_time_start (no event counts before it) nor
+    after its all_time_end (a file without statistics may hold anything); None: no rows."""
+    low, high = datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC)
+    for landed in files:
+        first, last = stamp_range(landed.path, "event_time")
+        low, high = min(low, first), max(high, last)
+    if low > high:
+        return None
+    return (max(low.date(), calendar.all_time_start),
+            max(min(high.date(), calendar.all_time_end), calendar.all_time_start))
 
 
-def _earliest_rollup_date(lake: Path, base: Manifest) -> date:
-    """The earliest event date the base version's rollups hold (the calendar must cover it
-    even after retention deleted the raw events of that date)."""
-    dates = base.rollups(lake)
-    return min((date.fromisoformat(d) for d in dates), default=base.as_of_date)
+def _rollup_date_range(lake: Path, base: Manifest) -> tuple[date, date]:
+    """The earliest and latest event dates the base version's rollups hold (the calendar
+    must cover them even after retention deleted the raw events of those dates)."""
+    dates = [date.fromisoformat(d) for d in base.rollups(lake)]
+    return min(dates, default=base.as_of_date), max(dates, default=base.as_of_date)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,17 +7,22 @@ run in the demo's data dir). So the first command on a data dir records the regi
 fingerprint in `lake/registry.json`, and every later command with another registry is
 refused, saying which registry is bound, which was given, and what to do. A deliberate edit
 of the bound registry is rebound with `leaderboard lake rebind`.
+
+A rebind is refused when the edited registry's calendar starts after events the lake already
+holds (calendar.all_time_start moved past them): ingest refuses such events, so no layer has
+a window for them, and the nightly batch could not account for them.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from leaderboard.lake import atomic_write_bytes, fsync_dir
+from leaderboard.lake import atomic_write_bytes, fsync_dir, landed_files, stamp_range
+from leaderboard.manifest import read_current
 from leaderboard.registry import Registry, RegistryError
 
 __all__ = ["BINDING_NAME", "RegistryBindingError", "bind_registry", "bound_registry"]
@@ -62,6 +67,7 @@ def bind_registry(lake: Path, registry: Registry, *, rebind: bool = False) -> No
     commands racing with different registries cannot both win.
     """
     if rebind:
+        _check_calendar_start(lake, registry)
         lake.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(_path(lake), _record(registry))
         return
@@ -92,3 +98,29 @@ def bind_registry(lake: Path, registry: Registry, *, rebind: bool = False) -> No
             f"(--config / LEADERBOARD_CONFIG); if you changed the bound registry on purpose, "
             f"run `leaderboard --data {data} --config <it> lake rebind` (the next batch then "
             f"recomputes in full)")
+
+
+def _earliest_event_date(lake: Path) -> date | None:
+    """The earliest event date the lake counts: landed events (Parquet statistics, no rows
+    read) and the live version's rollups (raw events of old dates may be gone)."""
+    found = [stamp_range(f.path, "event_time")[0].date() for f in landed_files(lake)]
+    live = read_current(lake)
+    if live is not None:
+        found.extend(date.fromisoformat(day) for day in live.rollups(lake))
+    return min(found, default=None)
+
+
+def _check_calendar_start(lake: Path, registry: Registry) -> None:
+    """Refuse a registry whose all-time calendar starts after events already accepted."""
+    start = registry.calendar.all_time_start
+    earliest = _earliest_event_date(lake)
+    if earliest is None or earliest >= start:
+        return
+    record = bound_registry(lake)
+    bound = ("" if record is None else f"; the data dir stays bound to {record.get('source')} "
+             f"(fingerprint {record['fingerprint']})")
+    raise RegistryBindingError(
+        f"{registry.source} starts the calendar on {start} (calendar.all_time_start), after "
+        f"events the lake already holds (the earliest on {earliest}): they would count in no "
+        f"window. Set all_time_start to {earliest} or earlier and run `leaderboard lake "
+        f"rebind` again{bound}")

@@ -486,3 +486,59 @@ def test_scope_points_are_the_exact_sums_by_scope(rows, banned, end):
                     else ["global", f"region:{region}", f"mode:{mode}"]):
             want[key] = want.get(key, 0) + points
     assert _add_scope_points({"global": 7}, table, banned, date(2026, 1, end)) == want
+
+
+def test_an_event_ahead_of_its_landing_within_the_skew_counts_in_its_own_window(tmp_path):
+    """With future_skew = 3d, an event 47 h ahead of its landing is accepted; every night
+    publishes, the event counts in the daily (and weekly...) window its event_time falls
+    in, a future day's window included, and each night equals the reference."""
+    config = tmp_path / "skew.toml"
+    raw = dict(EXOTIC, limits={"grace": "1d", "future_skew": "3d"})
+    write_registry(config, raw)
+    registry = registry_from(raw)
+    landed_at = day("2026-11-30T10:00:00")
+    events = [
+        {"match_id": "now", "player_id": "a", "points": 5, "event_time": landed_at,
+         "region": "na", "mode": "ranked", "server_id": "s", "ingested_at": landed_at},
+        {"match_id": "ahead", "player_id": "b", "points": 7,
+         "event_time": landed_at + timedelta(hours=47), "region": "na", "mode": "ranked",
+         "server_id": "s", "ingested_at": landed_at},
+    ]
+    assert land(tmp_path / "lake", registry, events) == 2
+    for as_of in (date(2026, 11, 30), date(2026, 12, 1), date(2026, 12, 2)):
+        run_batch(settings_for(tmp_path, str(config)), as_of)
+        assert read_current(tmp_path / "lake").as_of == as_of.isoformat()
+        assert read_current(tmp_path / "lake").inputs["events"] == 2
+        assert_matches_reference(tmp_path, registry, as_of)
+    got = published(tmp_path)
+    assert [row[:2] for row in got[("global", "daily:2026-12-02")]] == [("b", 7)]
+    assert {row[0] for row in got[("global", "all-time")]} == {"a", "b"}
+
+
+def test_a_rebind_moving_all_time_start_past_landed_events_is_refused(tmp_path):
+    """A registry edit that starts the calendar after events the lake holds is refused at
+    `lake rebind` (the binding stays), naming the earliest event date; moved onto that date
+    the rebind is accepted and the next night publishes every event."""
+    from leaderboard.binding import RegistryBindingError, bind_registry, bound_registry
+
+    config = tmp_path / "reg.toml"
+    raw = dict(EXOTIC, calendar={"all_time_start": "2026-01-01"})
+    write_registry(config, raw)
+    registry = registry_from(raw)
+    lake = tmp_path / "lake"
+    bind_registry(lake, registry)
+    events = random_stream(4, start=START, days=2)
+    land(lake, registry, events)
+    run_batch(settings_for(tmp_path, str(config)), date(2026, 11, 30))
+    earliest = min(e["event_time"] for e in events).date()
+    before = bound_registry(lake)
+    moved = dict(raw, calendar={"all_time_start": (earliest + timedelta(days=1)).isoformat()})
+    with pytest.raises(RegistryBindingError, match=f"the earliest on {earliest}"):
+        bind_registry(lake, registry_from(moved), rebind=True)
+    assert bound_registry(lake) == before
+    moved = dict(raw, calendar={"all_time_start": earliest.isoformat()})
+    write_registry(config, moved)
+    bind_registry(lake, registry_from(moved), rebind=True)
+    run_batch(settings_for(tmp_path, str(config)), date(2026, 12, 1))
+    assert read_current(lake).as_of == "2026-12-01"
+    assert_matches_reference(tmp_path, registry_from(moved), date(2026, 12, 1))
