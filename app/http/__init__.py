@@ -12,7 +12,8 @@ app itself (no CDN: the docs work offline).
 
 Auth: `POST /v1/events` needs a game server's credential from the keys file
 (LEADERBOARD_API_KEYS): an API key (`Authorization: Bearer <key>` or `X-API-Key`), or an
-HMAC-SHA256 of the body with the server's secret (`X-Server-Id` + `X-Signature: sha256=<hex>`).
+HMAC-SHA256 of the request (method, path and query, timestamp, body) under the server's
+secret (`X-Server-Id` + `X-Timestamp` + `X-Signature: sha256=<hex>`, docs/signing.md).
 The server_id of every landed row is the credential's; a server_id in the body is ignored.
 Admin routes need the admin key (LEADERBOARD_ADMIN_KEY or `admin_key` in the keys file).
 Reads are public.

@@ -1,10 +1,12 @@
 """Who may write: the keys file, game servers' API keys and HMAC secrets, the admin key.
 
 `POST /v1/events` needs a game server's credential: an API key (`Authorization: Bearer
-<key>` or `X-API-Key`), or an HMAC-SHA256 under the server's secret of
-`<X-Timestamp>.<body>` (`X-Server-Id` + `X-Timestamp: <Unix seconds>` + `X-Signature:
-sha256=<hex>`), refused more than 5 minutes either side of the server's clock. Admin routes
-need the separate admin key. Every comparison of a secret runs in constant time.
+<key>` or `X-API-Key`), or a signature (`X-Server-Id` + `X-Timestamp: <Unix seconds>` +
+`X-Signature: sha256=<hex>`): the HMAC-SHA256 under the server's secret of the request
+itself, `METHOD\nPATH?QUERY\nTIMESTAMP\nBODY` (`canonical_request`), so a captured request
+is good for its own method, path and body only; it is refused more than 5 minutes either
+side of the server's clock. Admin routes need the separate admin key. Every comparison of
+a secret runs in constant time.
 
 A server may carry a rate limit (`events_per_second` and `burst`), enforced across workers
 by `app.http.ratelimit`.
@@ -31,12 +33,15 @@ from leaderboard.timeutil import format_instant
 from leaderboard.validation import ID_PATTERN, ID_RULE
 
 __all__ = ["ADMIN_BEARER", "ADMIN_KEY", "SERVER_BEARER", "SERVER_KEY", "SERVER_SIGNATURE",
-           "SIGNATURE_WINDOW", "ApiKeys", "ServerCredential", "check_admin", "check_server",
-           "check_signed", "token_of"]
+           "SIGNATURE_WINDOW", "ApiKeys", "ServerCredential", "canonical_request",
+           "check_admin", "check_server", "check_signed", "signature_digest", "signature_hex",
+           "token_of"]
 
 #: How far X-Timestamp of a signed request may be from the server's clock, either way.
 SIGNATURE_WINDOW = timedelta(minutes=5)
 _MIN_KEY_LENGTH = 16
+#: The canonical request, as error messages name it.
+_SIGNED = "'METHOD\\nPATH?QUERY\\nTIMESTAMP\\nBODY'"
 _ID = re.compile(ID_PATTERN)
 
 
@@ -140,22 +145,43 @@ class ApiKeys:
                 found = server.server_id
         return found
 
-    def verify_signature(self, server_id: str, timestamp: str, body: bytes,
-                         signature: str) -> bool:
+    def verify_signature(self, server_id: str, message: bytes, signature: str) -> bool:
         """Whether `signature` (hex, optionally prefixed `sha256=` in any case) is the
-        HMAC-SHA256 of `<timestamp>.<body>` under the server's secret."""
+        HMAC-SHA256 of `message` (the canonical request) under the server's secret."""
         secret = next((s.secret for s in self.servers if s.server_id == server_id), None)
-        expected = hmac.new((secret or "").encode(), timestamp.encode() + b"." + body,
-                            hashlib.sha256).hexdigest()
-        given = signature.strip()
-        if given[:7].lower() == "sha256=":
-            given = given[7:]
-        return (hmac.compare_digest(expected.encode(), given.lower().encode("utf-8", "replace"))
+        expected = signature_digest(secret or "", message)
+        return (hmac.compare_digest(expected.encode(),
+                                    signature_hex(signature).encode("utf-8", "replace"))
                 and secret is not None)
 
     def is_admin(self, key: str) -> bool:
         return self.admin_key is not None and hmac.compare_digest(self.admin_key.encode(),
                                                                   key.encode())
+
+
+def canonical_request(method: str, path: bytes, query: bytes, timestamp: str,
+                      body: bytes) -> bytes:
+    """What a signature covers: `METHOD\nPATH?QUERY\nTIMESTAMP\nBODY`. PATH and QUERY are
+    the bytes of the request line (percent-encoding as sent, nothing decoded or
+    reordered); the `?` is there even when the query is empty, so every canonical request
+    has the same four parts. With the method and path signed, a captured request cannot be
+    sent to another player's path or route."""
+    return b"\n".join((method.encode("ascii", "replace"), path + b"?" + query,
+                       timestamp.encode("ascii", "replace"), body))
+
+
+def signature_digest(secret: str, message: bytes) -> str:
+    """The lower-case hex HMAC-SHA256 of `message` under `secret` (UTF-8)."""
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def signature_hex(signature: str) -> str:
+    """X-Signature's hex digest: without the optional `sha256=` prefix (any case), lower
+    case."""
+    given = signature.strip()
+    if given[:7].lower() == "sha256=":
+        given = given[7:]
+    return given.lower()
 
 
 def _rate_of(entry: dict[str, Any], where: str,
@@ -186,8 +212,10 @@ SERVER_KEY = APIKeyHeader(name="X-API-Key", scheme_name="serverKey", auto_error=
                           description="a game server's API key")
 SERVER_SIGNATURE = APIKeyHeader(
     name="X-Signature", scheme_name="serverSignature", auto_error=False,
-    description="`sha256=<hex HMAC-SHA256 of '<X-Timestamp>.<body>'>` under the server's "
-                "secret, with X-Server-Id and X-Timestamp (Unix seconds, within 5 minutes)")
+    description="`sha256=<hex HMAC-SHA256>` under the server's secret of "
+                "`METHOD\\nPATH?QUERY\\nTIMESTAMP\\nBODY` (the request line's method, path "
+                "and query as sent, `?` kept when the query is empty, X-Timestamp, the body "
+                "bytes), with X-Server-Id and X-Timestamp (Unix seconds, within 5 minutes)")
 ADMIN_BEARER = HTTPBearer(scheme_name="adminBearer", auto_error=False,
                           description="the admin key as `Authorization: Bearer`")
 ADMIN_KEY = APIKeyHeader(name="X-Admin-Key", scheme_name="adminKey", auto_error=False,
@@ -208,7 +236,7 @@ def check_server(keys: ApiKeys, token: str | None, signed: bool) -> str | None:
         raise ApiError(401, "unauthenticated",
                        "send the server's API key (Authorization: Bearer <key> or "
                        "X-API-Key), or X-Server-Id, X-Timestamp and X-Signature (HMAC-SHA256 "
-                       "of '<timestamp>.<body>')",
+                       f"of {_SIGNED}",
                        headers={"WWW-Authenticate": "Bearer"})
     if token is None:
         return None
@@ -220,14 +248,16 @@ def check_server(keys: ApiKeys, token: str | None, signed: bool) -> str | None:
 
 
 def check_signed(keys: ApiKeys, server_id: str, timestamp: str | None, signature: str,
-                 body: bytes, now: datetime) -> str:
-    """The server of a signed request: its signature must cover `<X-Timestamp>.<body>` and
-    the timestamp be within SIGNATURE_WINDOW of the server's clock, so a captured request
-    cannot be replayed later (within the window, the idempotency door drops a replay)."""
+                 request: tuple[str, bytes, bytes, bytes], now: datetime) -> str:
+    """The server of a signed request: its signature must cover the canonical request
+    (`request` is its method, raw path, raw query and body) and the timestamp be within
+    SIGNATURE_WINDOW of the server's clock, so a captured request cannot be replayed later,
+    nor sent elsewhere (within the window, the idempotency door drops a replayed event, and
+    a profile write answers a replay as the first, `app.http.replay`)."""
     if timestamp is None:
         raise ApiError(401, "unauthenticated",
                        "a signed request needs X-Timestamp (Unix seconds) and X-Signature: "
-                       "sha256=<hex HMAC-SHA256 of '<timestamp>.<body>'>",
+                       f"sha256=<hex HMAC-SHA256 of {_SIGNED}>",
                        headers={"WWW-Authenticate": "Bearer"})
     text = timestamp.strip()
     if not text.isascii() or not text.isdigit() or len(text) > 12:
@@ -240,9 +270,13 @@ def check_signed(keys: ApiKeys, server_id: str, timestamp: str | None, signature
                        f"({format_instant(now)}); signatures are accepted for "
                        f"{SIGNATURE_WINDOW.total_seconds():.0f} s: sign again with the "
                        "current time (and check the clock)")
-    if not keys.verify_signature(server_id, text, body, signature):
-        raise ApiError(403, "forbidden", "X-Signature is not the HMAC-SHA256 of "
-                                         "'<X-Timestamp>.<body>' under that server's secret")
+    method, path, query, body = request
+    if not keys.verify_signature(server_id, canonical_request(method, path, query, text, body),
+                                 signature):
+        raise ApiError(403, "forbidden", f"X-Signature is not the HMAC-SHA256 of {_SIGNED} "
+                                         "under that server's secret (this request's method, "
+                                         "path and query exactly as sent, `?` kept when the "
+                                         "query is empty; see the README)")
     return server_id
 
 

@@ -4,8 +4,6 @@ every read route, bounds, admin bans, health and metrics, and `leaderboard serve
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
 import re
@@ -27,6 +25,7 @@ from lakes import land, random_stream
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from serve import serving
+from signing import signed_headers
 
 from app.http import ApiKeys, HttpConfig, create_app
 from jobs.batch import run_batch
@@ -190,11 +189,10 @@ def test_server_id_comes_from_the_credential(world):
 
 
 def _signed(body: bytes, timestamp: int = NOW_TS, secret: str = SECRET_NA,
-            server: str = "na-1", prefix: str = "sha256=") -> dict[str, str]:
-    """The headers of a request signed as the README says: HMAC-SHA256 of '<ts>.<body>'."""
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return {"X-Server-Id": server, "X-Timestamp": str(timestamp),
-            "X-Signature": prefix + digest.hexdigest()}
+            server: str = "na-1", prefix: str = "sha256=", method: str = "POST",
+            target: str = "/v1/events") -> dict[str, str]:
+    """The headers of a request signed as the README says (tests/signing.py)."""
+    return signed_headers(secret, method, target, body, timestamp, server, prefix)
 
 
 def test_hmac_signed_batch(world):
@@ -235,6 +233,25 @@ def test_a_signed_body_cannot_be_replayed_later(world):
     within = world.client.post("/v1/events", content=body,
                                headers=_signed(body, timestamp=NOW_TS - 299))
     assert within.status_code == 200, within.text
+
+
+def test_a_signature_covers_the_method_path_and_query(world):
+    """A signature is good for the request it was made for only: the same headers and body
+    on another route, with a query added, or as another method are refused and land
+    nothing; the query, when sent, is signed as sent."""
+    body = json.dumps([dict(EVENT, match_id="bound")]).encode()
+    for_events = _signed(body)
+    elsewhere = world.client.post("/v1/boards/global/scores", content=body, headers=for_events)
+    assert elsewhere.status_code == 403, elsewhere.text
+    assert "METHOD\\nPATH?QUERY\\nTIMESTAMP\\nBODY" in elsewhere.json()["message"]
+    queried = world.client.post("/v1/events?x=1", content=body, headers=for_events)
+    assert queried.status_code == 403, queried.text
+    as_put = _signed(body, method="PUT")
+    assert world.client.post("/v1/events", content=body, headers=as_put).status_code == 403
+    assert not any(r["match_id"] == "bound" for r in _lake_rows(world.lake))
+    with_query = world.client.post("/v1/events?x=1", content=body,
+                                   headers=_signed(body, target="/v1/events?x=1"))
+    assert with_query.status_code == 200, with_query.text
 
 
 @pytest.mark.parametrize("prefix", ["SHA256=", "Sha256=", "sha256=", ""])

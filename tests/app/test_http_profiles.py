@@ -4,14 +4,13 @@ route, and the top-N page of the worker that took a rename showing it at once.""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import warnings
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
+from signing import signed_headers
 
 from app.http import ApiKeys, HttpConfig, create_app
 from leaderboard.lake import LandingWriter
@@ -32,6 +31,7 @@ KEY = "eu-1-key-0123456789abcdef"
 SECRET = "na-1-secret-0123456789abcdef"
 ADMIN = "admin-key-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+STAMP = int(NOW.timestamp())
 
 
 @pytest.fixture
@@ -81,18 +81,92 @@ def test_put_then_get_a_profile(http):
     assert "PUT /v1/players/zed/profile" in missing.json()["message"]
 
 
+def _signed_put(player: str, body: bytes, timestamp: int = STAMP) -> dict[str, str]:
+    return signed_headers(SECRET, "PUT", f"/v1/players/{player}/profile", body, timestamp,
+                          "na-1")
+
+
+
 def test_a_signed_put_is_accepted(http):
     body = json.dumps({"display_name": "Bob"}).encode()
-    stamp = str(int(NOW.timestamp()))
-    digest = hmac.new(SECRET.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
-    answer = http.put("/v1/players/bob/profile", content=body, headers={
-        "X-Server-Id": "na-1", "X-Timestamp": stamp, "X-Signature": f"sha256={digest}"})
+    headers = _signed_put("bob", body)
+    answer = http.put("/v1/players/bob/profile", content=body, headers=headers)
     assert answer.status_code == 200, answer.text
     tampered = http.put("/v1/players/bob/profile", content=body.replace(b"Bob", b"Eve"),
-                        headers={"X-Server-Id": "na-1", "X-Timestamp": stamp,
-                                 "X-Signature": f"sha256={digest}"})
+                        headers=headers)
     assert tampered.status_code == 403
     assert http.get("/v1/players/bob/profile").json()["display_name"] == "Bob"
+
+
+def test_a_captured_signed_put_is_refused_on_another_players_path(http):
+    """The signature covers the path: a signed PUT of ann's profile, sent with the same
+    headers and body to bob's path within the window, is refused and saves nothing."""
+    body = json.dumps({"display_name": "Ann"}).encode()
+    captured = _signed_put("ann", body)
+    assert http.put("/v1/players/ann/profile", content=body,
+                    headers=captured).status_code == 200
+    moved = http.put("/v1/players/bob/profile", content=body, headers=captured)
+    assert moved.status_code == 403, moved.text
+    assert moved.json()["error"] == "forbidden"
+    assert http.get("/v1/players/bob/profile").status_code == 404
+    assert not history_of(http.lake, "bob")
+
+
+def test_a_replayed_signed_put_does_not_undo_a_later_rename(http):
+    """A signed write is applied once per signature: the same request sent again within the
+    window, after a later rename, saves nothing and answers the profile as it is now
+    (`Idempotent-Replayed: true`), so the rename stands."""
+    body = json.dumps({"display_name": "Ann"}).encode()
+    captured = _signed_put("ann", body)
+    first = http.put("/v1/players/ann/profile", content=body, headers=captured)
+    assert first.status_code == 200, first.text
+    assert "idempotent-replayed" not in first.headers
+    assert _put(http, "ann", {"display_name": "Annie"}).status_code == 200
+    again = http.put("/v1/players/ann/profile", content=body, headers=captured)
+    assert again.status_code == 200, again.text
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json()["display_name"] == "Annie"
+    assert http.get("/v1/players/ann/profile").json()["display_name"] == "Annie"
+    assert [p.display_name for p in history_of(http.lake, "ann")] == ["Ann", "Annie"]
+    # A new signature (another second) is another write: it is applied.
+    later = http.put("/v1/players/ann/profile", content=body,
+                     headers=_signed_put("ann", body, STAMP + 1))
+    assert later.status_code == 200
+    assert http.get("/v1/players/ann/profile").json()["display_name"] == "Ann"
+
+
+def test_a_signed_put_refused_for_a_bad_field_may_be_sent_again(http, redis_client):
+    """A write that saved nothing (422) leaves its id free: the same request is judged
+    again, not answered as a repeat, and the stored request ids name no player."""
+    body = json.dumps({"display_name": " bad "}).encode()
+    headers = _signed_put("ann", body)
+    for _ in range(2):
+        answer = http.put("/v1/players/ann/profile", content=body, headers=headers)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"] == "invalid_display_name"
+    good = json.dumps({"display_name": "Ann"}).encode()
+    assert http.put("/v1/players/ann/profile", content=good,
+                    headers=_signed_put("ann", good)).status_code == 200
+    keys = [k.decode() for k in redis_client.scan_iter("lb:request:*")]
+    assert len(keys) == 1
+    assert "ann" not in keys[0]
+
+
+def test_an_api_key_write_with_a_request_id_is_applied_once(http):
+    """With an API key, X-Request-Id names the write: a repeat within the window saves
+    nothing and answers the profile as it is; another id is another write; an id that is
+    not visible ASCII of 1-128 characters is a 422."""
+    first = _put(http, "bob", {"display_name": "Bobby"}, dict(AUTH, **{"X-Request-Id": "r-1"}))
+    assert first.status_code == 200, first.text
+    assert _put(http, "bob", {"display_name": "Rob"}, dict(AUTH, **{"X-Request-Id": "r-2"})
+                ).status_code == 200
+    repeat = _put(http, "bob", {"display_name": "Bobby"}, dict(AUTH, **{"X-Request-Id": "r-1"}))
+    assert (repeat.status_code, repeat.json()["display_name"]) == (200, "Rob")
+    assert repeat.headers["idempotent-replayed"] == "true"
+    assert [p.display_name for p in history_of(http.lake, "bob")] == ["Bobby", "Rob"]
+    bad = _put(http, "bob", {"display_name": "Bobby"}, dict(AUTH, **{"X-Request-Id": "a b"}))
+    assert bad.status_code == 422
+    assert bad.json()["error"] == "bad_request_id"
 
 
 @pytest.mark.parametrize(("headers", "status"), [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import pyarrow as pa
 from fastapi import APIRouter, Header, Request, Security
@@ -97,9 +98,18 @@ async def server_and_body(
     if server_id is None:
         assert x_server_id is not None
         assert x_signature is not None
-        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature, body,
+        server_id = check_signed(keys, x_server_id, x_timestamp, x_signature,
+                                 (request.method, *_target(request), body),
                                  service.settings.now())
     return server_id, body
+
+
+def _target(request: Request) -> tuple[bytes, bytes]:
+    """The path and query as the request line sent them (what a signature covers): the
+    server's raw path when it gives one, else the decoded path encoded again."""
+    raw = request.scope.get("raw_path")
+    path = raw if isinstance(raw, bytes) else quote(request.scope["path"]).encode("ascii")
+    return path, request.scope.get("query_string", b"")
 
 
 def _events_of(body: bytes, max_rows: int) -> list[Any]:
@@ -206,8 +216,9 @@ def _batch_table(events: list[Any], server_id: str, source: str
                         **documented(400, 401, 403, 409, 413, 422, 429, 503,
                                      s400="the body is not JSON, or not a batch of events",
                                      s401="no credential, or a signature without X-Timestamp",
-                                     s403="a wrong key or signature, or X-Timestamp more than "
-                                          "5 minutes from the server's clock",
+                                     s403="a wrong key or signature (one made for another "
+                                          "method, path, query or body), or X-Timestamp "
+                                          "more than 5 minutes from the server's clock",
                                      s413="the body or the batch is too large, or the batch "
                                           "exceeds the server's burst",
                                      s409="some rows are being landed by another worker right "

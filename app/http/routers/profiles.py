@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import redis
 from fastapi import APIRouter, Header, Request, Security
+from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
@@ -20,10 +21,13 @@ from app.http.auth import (
     SERVER_BEARER,
     SERVER_KEY,
     SERVER_SIGNATURE,
+    signature_hex,
+    token_of,
 )
 from app.http.errors import ApiError, documented
 from app.http.params import PlayerId, json_answer
 from app.http.ratelimit import check_rate
+from app.http.replay import REQUEST_ID_RULE, applied_once, checked_request_id
 from app.http.routers.ingest import server_and_body
 from app.http.service import Service, ServiceDep
 from leaderboard.erasure import ErasureRunning, erasure_barrier
@@ -132,20 +136,32 @@ def _write(service: Service, profile: Profile, server_id: str) -> Profile:
 @router.put("/v1/players/{player_id}/profile", summary="Set a player's profile",
             openapi_extra={"requestBody": {"required": True, "content": {
                 "application/json": {"schema": PROFILE_BODY_SCHEMA}}}},
-            responses={200: {"description": "the profile as stored", **_ANSWER},
-                       **documented(400, 401, 403, 413, 422, 429, 503,
+            responses={200: {"description": "the profile as stored; for a repeat of a write "
+                                            "applied earlier (same request id, header "
+                                            "`Idempotent-Replayed: true`), the profile as it "
+                                            "is now, nothing saved", **_ANSWER},
+                       **documented(400, 401, 403, 404, 409, 413, 422, 429, 503,
                                     s400="the body is not JSON",
+                                    s404="a repeat of a write applied earlier (same request "
+                                         "id) for a player who has no profile now",
+                                    s409="`in_flight_elsewhere`: an earlier send of this "
+                                         "request (same request id) is being applied right "
+                                         "now; send it again after Retry-After",
                                     s413="the body is over 16 KiB",
                                     s429="the server's rate limit (keys file "
                                          "`events_per_second`/`burst`; a profile write is "
                                          "one event): nothing was saved; retry after "
                                          "Retry-After",
                                     s401="no credential, or a signature without X-Timestamp",
-                                    s403="a wrong key or signature",
+                                    s403="a wrong key or signature (one made for another "
+                                         "method, path or body), or X-Timestamp more than 5 "
+                                         "minutes from the server's clock",
                                     s422="a field breaks the rules: `error` is "
                                          "invalid_display_name, invalid_country, "
                                          "invalid_avatar_url or invalid_profile; `erased` "
-                                         "for an erased player's id",
+                                         "for an erased player's id; `bad_request_id` for "
+                                         "an X-Request-Id that is not "
+                                         + REQUEST_ID_RULE,
                                     s503="nothing was saved while a player's data is being "
                                          "erased (`erasure_running`), or saved but not "
                                          "cached (Redis unavailable, `unavailable`): send "
@@ -159,23 +175,48 @@ async def put_profile(
                                                           "X-Signature)")] = None,
     x_timestamp: Annotated[str | None, Header(description="Unix seconds the signature "
                                                           "covers (with X-Signature)")] = None,
+    x_request_id: Annotated[str | None, Header(
+        description=f"with an API key: this write's id ({REQUEST_ID_RULE}); a repeat within "
+                    "10 minutes is answered with the profile and saves nothing. A signed "
+                    "write's id is its signature")] = None,
 ) -> Any:
     """A game server's credential, as for `POST /v1/events`, and its rate limit: a write is
     one event of its bucket. Latest write wins; every write is kept in the lake's profile
-    log."""
+    log. A write is applied once per request id (`app.http.replay`): a signed request's
+    signature, else X-Request-Id when sent; a repeat answers the profile as it is and saves
+    nothing, so a replayed write cannot undo a later one."""
     server_id, body = await server_and_body(
         service, request, bearer, x_api_key, x_signature, x_server_id, x_timestamp,
         limit=MAX_PROFILE_BODY, advice="a profile holds only display_name, country and "
                                        "avatar_url")
-    try:
-        profile = parse_profile(player_id, _fields(body))
-        # One token of the server's bucket, as one event (429 with Retry-After, nothing saved).
-        await run_in_threadpool(check_rate, service.client, service.config.keys, server_id, 1,
-                                what="a profile write")
-        stored = await run_in_threadpool(_save, service, profile, server_id)
-    except ProfileError as exc:  # a bad field, or an erased player
-        raise ApiError(422, exc.code, str(exc)) from None
+    signed = token_of(bearer, x_api_key) is None  # authenticated by its signature
+    request_id = ("sig:" + signature_hex(x_signature or "") if signed
+                  else checked_request_id(x_request_id))
+    with applied_once(service.client, server_id, request_id) as apply:
+        if not apply:
+            return _repeated(service, player_id)
+        try:
+            profile = parse_profile(player_id, _fields(body))
+            # One token of the server's bucket, as one event (429 with Retry-After, nothing
+            # saved).
+            await run_in_threadpool(check_rate, service.client, service.config.keys,
+                                    server_id, 1, what="a profile write")
+            stored = await run_in_threadpool(_save, service, profile, server_id)
+        except ProfileError as exc:  # a bad field, or an erased player
+            raise ApiError(422, exc.code, str(exc)) from None
     return json_answer(stored.as_dict())
+
+
+def _repeated(service: Service, player_id: str) -> Response:
+    """The answer to a repeat of an applied write: the profile as it is now."""
+    found = service.boards.profiles.get(player_id)
+    if found is None:
+        raise ApiError(404, "profile_not_found",
+                       f"this request was applied earlier (same request id); player "
+                       f"{player_id} has no profile now")
+    answer = json_answer(found)
+    answer.headers["Idempotent-Replayed"] = "true"
+    return answer
 
 
 @router.get("/v1/players/{player_id}/profile", summary="A player's profile",

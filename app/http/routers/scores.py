@@ -107,8 +107,9 @@ def _is_text(value: str) -> bool:
                         **documented(400, 401, 403, 404, 409, 413, 422, 429, 503,
                                      s400="the body is not JSON",
                                      s401="no credential, or a signature without X-Timestamp",
-                                     s403="a wrong key or signature, or X-Timestamp more than "
-                                          "5 minutes from the server's clock",
+                                     s403="a wrong key or signature (one made for another "
+                                          "method, path, query or body), or X-Timestamp "
+                                          "more than 5 minutes from the server's clock",
                                      s404="no such board",
                                      s409="`not_a_direct_board`: the board is fed by match "
                                           "events (POST /v1/events), not by scores; or "
