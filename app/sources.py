@@ -1,7 +1,15 @@
-"""Readers for event files (JSONL, CSV, Parquet) and the football results CSV.
+"""Readers for event files (JSONL, CSV, Parquet) and the football results CSV, and the one
+rule for a JSON event (a JSONL line, a row of `POST /v1/events`).
 
 A reader never lets one bad line sink a file: lines that cannot be parsed come back as
 quarantine rows with reason `unparseable`; only an unreadable file raises SourceError.
+
+JSON is typed and CSV is not. In a JSON event every text field is a JSON string and `points`
+a JSON integer: `"points": "12"` or `"match_id": 5` is refused `bad_type` by both the CLI
+and the HTTP API (`json_row_problem`), and the row is quarantined with its values as sent
+(`json_field_text`: a value of the wrong type as its JSON text, so `"12"` keeps its quotes
+and a release judges it as sent). A CSV cell is text by the format's nature: `12` there is
+an integer.
 """
 
 from __future__ import annotations
@@ -19,7 +27,14 @@ import pyarrow.parquet as pq
 from app.football import FOOTBALL_HEADER, football_events
 from leaderboard.schema import INPUT_FIELDS
 
-__all__ = ["SourceBatch", "SourceError", "field_text", "read_source", "unparseable_rows"]
+__all__ = ["JSON_TEXT_FIELDS", "SourceBatch", "SourceError", "json_field_text",
+           "json_row_problem", "json_rows", "quarantine_rows", "read_source",
+           "unparseable_rows"]
+
+#: The fields of a JSON event that are JSON strings (`points` is a JSON integer).
+JSON_TEXT_FIELDS: tuple[str, ...] = tuple(name for name in INPUT_FIELDS if name != "points")
+#: At most this much of a value of the wrong type is kept in the quarantine.
+_KEPT = 1000
 
 
 class SourceError(RuntimeError):
@@ -34,49 +49,141 @@ class SourceBatch:
     skipped: int = 0  # rows the format says are not events (e.g. unplayed fixtures)
 
 
-def unparseable_rows(rows: list[tuple[str, str]], source: str) -> pa.Table:
-    """(raw text, detail) pairs as quarantine rows; the raw text goes in match_id (files and
-    the HTTP API quarantine what they cannot read the same way)."""
-    columns: dict[str, Any] = {name: pa.nulls(len(rows), pa.string()) for name in INPUT_FIELDS}
-    columns["match_id"] = pa.array([raw[:1000] for raw, _ in rows], pa.string())
-    columns["reason"] = pa.array(["unparseable"] * len(rows), pa.string())
-    columns["detail"] = pa.array([detail for _, detail in rows], pa.string())
+def quarantine_rows(rows: list[tuple[dict[str, str | None], str, str]], source: str
+                    ) -> pa.Table:
+    """(values by field, reason, detail) triples as quarantine rows (QUARANTINE_SCHEMA
+    without ingested_at); a field the values lack is null."""
+    columns: dict[str, Any] = {name: pa.array([values.get(name) for values, _, _ in rows],
+                                              pa.string()) for name in INPUT_FIELDS}
+    columns["reason"] = pa.array([reason for _, reason, _ in rows], pa.string())
+    columns["detail"] = pa.array([detail for _, _, detail in rows], pa.string())
     columns["source"] = pa.array([source] * len(rows), pa.string())
     return pa.table(columns)
 
 
-def field_text(value: Any) -> str | None:
-    """A JSON value as the text validation parses (numbers as written, objects as JSON)."""
+def unparseable_rows(rows: list[tuple[str, str]], source: str) -> pa.Table:
+    """(raw text, detail) pairs as quarantine rows of reason `unparseable`: what could not
+    be read as a row at all, its raw text in match_id (files and the HTTP API quarantine
+    what they cannot read the same way)."""
+    return quarantine_rows([({"match_id": raw[:_KEPT]}, "unparseable", detail)
+                            for raw, detail in rows], source)
+
+
+def _is_unicode(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone UTF-16 surrogate
+        return False
+    return True
+
+
+def _json_text(value: Any) -> str:
+    """A value as JSON text (non-ASCII escaped, so any string survives), cut to _KEPT."""
+    try:
+        return json.dumps(value)[:_KEPT]
+    except (RecursionError, ValueError):
+        return "(a value nested too deeply to show)"
+
+
+def json_field_text(name: str, value: Any) -> str | None:
+    """A JSON event's field as the text validation reads: a text field's string as it is,
+    points' integer in digits; a value of any other type (a string in `points` included)
+    as its JSON text, which validation then refuses where the type matters (`"5"` is no
+    integer) and the quarantine shows as sent."""
     if value is None:
         return None
-    if isinstance(value, str):
+    if name == "points":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value) if abs(value) < 10**_KEPT else _json_text(str(value)[:_KEPT])
+        return _json_text(value)
+    if isinstance(value, str) and _is_unicode(value):
         return value
+    return _json_text(value)
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type, as the JSON text names it."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "a boolean"
     if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(value)
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def json_row_problem(record: dict[str, Any],
+                     text_fields: tuple[str, ...] = JSON_TEXT_FIELDS) -> tuple[str, str] | None:
+    """(reason, detail) when a JSON event breaks the JSON contract before validation reads
+    it: a text field that is not a JSON string (`bad_type`) or not Unicode (`unparseable`),
+    points that are not a JSON integer (`bad_type`). A missing field is validation's."""
+    for name in text_fields:
+        value = record.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return "bad_type", f"{name} must be a JSON string, got {_kind(value)}"
+        if not _is_unicode(value):
+            return "unparseable", (f"{name} holds a lone UTF-16 surrogate (such as \\ud800), "
+                                   "which is not text: send valid Unicode")
+    points = record.get("points")
+    if points is not None and (isinstance(points, bool) or not isinstance(points, int)):
+        return "bad_type", (f"points must be a JSON integer (e.g. 5), got {_kind(points)} "
+                            f"{_json_text(points)[:40]}")
+    return None
+
+
+def json_rows(records: list[Any], text_fields: tuple[str, ...] = JSON_TEXT_FIELDS
+              ) -> tuple[dict[str, list[str | None]], list[int],
+                         list[tuple[int, dict[str, str | None], str, str]]]:
+    """JSON events -> (the passing rows' text columns of every INPUT_FIELDS field, their
+    indexes in `records`, and each refused row as (index, values as sent, reason,
+    detail)): the one walk the CLI's JSONL reader and the HTTP batch share. A record that
+    is not an object is `unparseable`, its JSON text in match_id."""
+    columns: dict[str, list[str | None]] = {name: [] for name in INPUT_FIELDS}
+    kept: list[int] = []
+    refused: list[tuple[int, dict[str, str | None], str, str]] = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            refused.append((index, {"match_id": _json_text(record)}, "unparseable",
+                            "not a JSON object"))
+            continue
+        values = {name: json_field_text(name, record.get(name)) for name in INPUT_FIELDS}
+        problem = json_row_problem(record, text_fields)
+        if problem is not None:
+            refused.append((index, values, *problem))
+            continue
+        kept.append(index)
+        for name in INPUT_FIELDS:
+            columns[name].append(values[name])
+    return columns, kept, refused
 
 
 def _read_jsonl(path: Path, source: str) -> SourceBatch:
-    columns: dict[str, list[str | None]] = {name: [] for name in INPUT_FIELDS}
+    records: list[Any] = []
+    numbers: list[int] = []
     bad: list[tuple[str, str]] = []
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                records.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 bad.append((line.rstrip("\n"), f"line {number}: not JSON ({exc.msg})"))
                 continue
-            if not isinstance(record, dict):
-                bad.append((line.rstrip("\n"), f"line {number}: not a JSON object"))
+            except RecursionError:
+                bad.append((line.rstrip("\n"), f"line {number}: nested too deeply to read"))
                 continue
-            for name in INPUT_FIELDS:
-                columns[name].append(field_text(record.get(name)))
+            numbers.append(number)
+    columns, _, refused = json_rows(records)
     table = pa.table({name: pa.array(values, pa.string()) for name, values in columns.items()})
-    return SourceBatch(table, unparseable_rows(bad, source), "jsonl")
+    rows = [(values, reason, f"line {numbers[index]}: {detail}")
+            for index, values, reason, detail in refused]
+    unparseable = pa.concat_tables([unparseable_rows(bad, source), quarantine_rows(rows, source)])
+    return SourceBatch(table, unparseable, "jsonl")
 
 
 def _read_csv(path: Path, source: str) -> SourceBatch:

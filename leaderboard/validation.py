@@ -30,8 +30,8 @@ from leaderboard.schema import (
 )
 from leaderboard.timeutil import duration_us, epoch_us, from_epoch_us, to_utc
 
-__all__ = ["ID_PATTERN", "ID_RULE", "MATCH_ID_PATTERN", "REASONS", "UNPRINTABLE_RANGES",
-           "Validated", "id_problem", "validate_events", "validate_scores"]
+__all__ = ["ID_PATTERN", "ID_RULE", "MATCH_ID_PATTERN", "REASONS", "SUBMISSION_REASONS",
+           "UNPRINTABLE_RANGES", "Validated", "id_problem", "validate_events", "validate_scores"]
 
 #: player_id and server_id: 1-64 chars of [A-Za-z0-9_.:-], but not "." or "..", which no URL
 #: can name (clients normalise them away as path segments). Written without lookahead so RE2
@@ -108,6 +108,11 @@ REASONS: dict[str, str] = {
                      "(a released score whose board was removed or turned into a match-event "
                      "board; release it again once the board is back)",
 }
+
+#: The reasons a score submission's route decides from the body's shape (REASONS above): no
+#: release can land such a row, whose fields do not say what was meant; it is sent again.
+SUBMISSION_REASONS: tuple[str, ...] = ("bad_score", "score_and_delta", "score_expected",
+                                       "delta_expected")
 
 #: What validate_events returns as `rejected`: the quarantine before landing stamps it.
 _REJECTED_SCHEMA = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("ingested_at"))

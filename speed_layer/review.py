@@ -54,7 +54,13 @@ from leaderboard.quarantine import (
 )
 from leaderboard.schema import INPUT_FIELDS
 from leaderboard.timeutil import format_instant
-from leaderboard.validation import Validated, validate_events, validate_scores
+from leaderboard.validation import (
+    REASONS,
+    SUBMISSION_REASONS,
+    Validated,
+    validate_events,
+    validate_scores,
+)
 from speed_layer.rate import IMPLAUSIBLE_RATE
 from speed_layer.service import SpeedLayer
 
@@ -136,6 +142,11 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                 outcomes[row_id] = Outcome(row_id, "rejected",
                                            "the player's data was erased; this row keeps only "
                                            "a hash of the id and can never land", "erased")
+            elif row.reason in SUBMISSION_REASONS:
+                outcomes[row_id] = Outcome(row_id, "rejected", (
+                    f"{REASONS[row.reason]}: the submission does not say what was meant, "
+                    "and a release cannot change it; it stays in the quarantine (the game "
+                    "server sends the score again, corrected)"), row.reason)
             elif (new := moved_to(moved, row)) is not None:
                 outcomes[row_id] = Outcome(row_id, "requarantined", _moved(new),
                                            UNKNOWN_BOARD)

@@ -41,25 +41,37 @@ def landed_rows(data: Path, kind: str = "events") -> list[dict]:
 
 
 def test_ingest_jsonl_lands_good_rows_and_quarantines_bad_ones(data, tmp_path, capsys):
+    """JSONL is typed JSON, as the HTTP body is: `"points": "7"` is refused bad_type (the
+    rule POST /v1/events applies), quarantined with its values as sent, the string's quotes
+    kept; the good rows beside it land."""
     source = tmp_path / "events.jsonl"
     lines = [json.dumps(GOOD), "{not json", json.dumps(dict(GOOD, match_id="m2", region="moon")),
              json.dumps(dict(GOOD, match_id="m3", player_id="bob", points="7")), "",
-             json.dumps([1, 2])]
+             json.dumps([1, 2]), json.dumps(dict(GOOD, match_id="m4", player_id="bob")),
+             json.dumps(dict(GOOD, match_id=5, player_id="eve"))]
     source.write_text("\n".join(lines) + "\n")
     code, report = run_json(capsys, "ingest", str(source))
     assert code == 0
     total = report["total"]
-    assert (total["rows"], total["accepted"], total["rejected"]) == (5, 2, 3)
-    assert total["reasons"] == {"unparseable": 2, "unknown_region": 1}
+    assert (total["rows"], total["accepted"], total["rejected"]) == (7, 2, 5)
+    assert total["reasons"] == {"unparseable": 2, "unknown_region": 1, "bad_type": 2}
     events = sorted(landed_rows(data), key=lambda r: r["match_id"])
     assert [(e["match_id"], e["player_id"], e["points"]) for e in events] == [
-        ("m1", "alice", 5), ("m3", "bob", 7)]
+        ("m1", "alice", 5), ("m4", "bob", 5)]
     assert all(e["server_id"] == "file" for e in events)
     assert {e["ingested_at"].isoformat() for e in events} == {"2026-12-01T12:00:00+00:00"}
     quarantined = landed_rows(data, "quarantine")
-    assert sorted(q["reason"] for q in quarantined) == ["unknown_region", "unparseable",
+    assert sorted(q["reason"] for q in quarantined) == ["bad_type", "bad_type",
+                                                         "unknown_region", "unparseable",
                                                          "unparseable"]
     assert any("line 2" in q["detail"] for q in quarantined)
+    typed = {q["player_id"]: q for q in quarantined if q["reason"] == "bad_type"}
+    assert (typed["bob"]["match_id"], typed["bob"]["points"], typed["bob"]["region"]) == (
+        "m3", '"7"', GOOD["region"])
+    assert typed["bob"]["detail"] == 'line 4: points must be a JSON integer (e.g. 5), got a ' \
+                                     'string "7"'
+    assert (typed["eve"]["match_id"], typed["eve"]["detail"]) == (
+        "5", "line 8: match_id must be a JSON string, got a number")
 
 
 def test_ingest_csv_with_a_ragged_line(data, tmp_path, capsys):

@@ -318,6 +318,69 @@ def test_each_field_has_one_strictness(world, field, value, reason, says):
     assert [q["reason"] for q in _lake_rows(world.lake, "quarantine")] == [reason]
 
 
+def _quarantined(world, reason: str) -> list[dict]:
+    listed = world.client.get("/v1/admin/quarantine", params={"reason": reason},
+                              headers={"X-Admin-Key": ADMIN})
+    assert listed.status_code == 200, listed.text
+    return listed.json()["rows"]
+
+
+def _release(world, ids: list[str]) -> list[dict]:
+    answer = world.client.post("/v1/admin/quarantine/release", json={"ids": ids},
+                               headers={"X-Admin-Key": ADMIN})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["results"]
+
+
+def test_a_wrong_type_is_quarantined_with_its_values_and_its_release_says_why(world):
+    """A row with `"points": "5"` is quarantined with every value as sent (the string's
+    quotes kept) and reason bad_type; releasing it answers `rejected` with the same
+    reason, which still holds, and lands nothing."""
+    bad = {**EVENT, "match_id": "typed-1", "points": "5"}
+    answer = _post(world, {"events": [bad]})
+    assert answer.status_code == 422, answer.text
+    [row] = _quarantined(world, "bad_type")
+    assert {k: row[k] for k in EVENT} == {**EVENT, "match_id": "typed-1", "points": '"5"'}
+    assert row["server_id"] == "eu-1"
+    assert "JSON integer" in row["detail"]
+    [result] = _release(world, [row["id"]])
+    assert (result["status"], result["reason"]) == ("rejected", "bad_type"), result
+    assert "typed-1" not in {r["match_id"] for r in _lake_rows(world.lake)}
+
+
+@pytest.mark.parametrize(("body", "reason", "points"), [
+    ({"player_id": "p1", "match_id": "lap-s", "score": "5"}, "bad_type", '"5"'),
+    ({"player_id": "p1", "match_id": "lap-d", "delta": 5}, "score_expected", "5"),
+    ({"player_id": "p1", "match_id": "lap-b", "score": 5, "delta": 6}, "score_and_delta", "5"),
+])
+def test_a_refused_score_keeps_its_values_and_its_release_says_why(world, body, reason,
+                                                                   points):
+    """A refused submission is quarantined with its fields (the score or delta sent as
+    points), not the whole body in match_id; its release answers the same reason and
+    lands nothing."""
+    answer = _score(world, "best-lap", body)
+    assert answer.status_code == 422, answer.text
+    [row] = _quarantined(world, reason)
+    assert (row["board"], row["player_id"], row["match_id"], row["points"]) == (
+        "best-lap", "p1", body["match_id"], points)
+    [result] = _release(world, [row["id"]])
+    assert (result["status"], result["reason"]) == ("rejected", reason), result
+    assert not [r for r in _lake_rows(world.lake) if r["board"]]
+
+
+@pytest.mark.parametrize("score", [10**23, 2**63, -(2**63) - 1, 10**400],
+                         ids=["1e23", "2^63", "-2^63-1", "1e400"])
+def test_a_score_beyond_int64_is_a_422_with_the_bound(world, score):
+    """A score no int64 holds is refused 422 naming the range, quarantined as sent."""
+    answer = _score(world, "best-lap", {"player_id": "p1", "match_id": "huge", "score": score})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "bad_type"
+    assert "10^18" in answer.json()["message"], answer.text
+    assert answer.json()["folded"] is False
+    [row] = _quarantined(world, "bad_type")
+    assert (row["board"], row["match_id"], row["points"]) == ("best-lap", "huge", str(score))
+
+
 def test_a_lone_surrogate_costs_only_its_own_row(world):
     """A lone UTF-16 surrogate (valid JSON escape, not text) in any string field: that row is
     quarantined with a reason, the good rows beside it land; no 500."""
@@ -339,8 +402,10 @@ def test_a_lone_surrogate_costs_only_its_own_row(world):
     assert {"good-1", "good-2"} <= landed
     assert not any(m.startswith("sur-") for m in landed)
     quarantined = _lake_rows(world.lake, "quarantine")
-    assert len(quarantined) == 3
-    assert "\\ud800" in quarantined[0]["match_id"]  # the raw row, escaped, is kept
+    # Each row's values kept; the field that is not text as its JSON text, escaped.
+    assert [(q["match_id"], q["player_id"], q["mode"]) for q in quarantined] == [
+        ("sur-1", '"p\\ud800"', "ranked"), ('"sur-\\udfff"', "p001", "ranked"),
+        ("sur-3", "p001", '"\\ud83d"')]
 
 
 @pytest.mark.parametrize("depth", [1_000, 5_000, 100_000])

@@ -25,8 +25,7 @@ from app.http.config import MAX_BATCH_ROWS
 from app.http.errors import ApiError, documented
 from app.http.ratelimit import check_rate
 from app.http.service import Service, ServiceDep
-from app.sources import unparseable_rows
-from leaderboard.schema import INPUT_FIELDS
+from app.sources import JSON_TEXT_FIELDS, json_rows, quarantine_rows
 from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 
 __all__ = ["EVENT_BODY_SCHEMA", "read_body", "router", "server_and_body"]
@@ -60,7 +59,6 @@ EVENT_BODY_SCHEMA: dict[str, Any] = {"anyOf": [
     {"type": "object", "required": ["events"], "properties": {"events": _EVENTS}},
     _EVENTS,
 ]}
-_TEXT_FIELDS = ("match_id", "player_id", "event_time", "region", "mode")
 
 
 async def read_body(request: Request, limit: int, advice: str | None = None) -> bytes:
@@ -134,77 +132,22 @@ def _events_of(body: bytes, max_rows: int) -> list[Any]:
     return events
 
 
-def _kind(value: Any) -> str:
-    """A JSON value's type, as the JSON text names it."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
-
-
-def _raw(event: Any) -> str:
-    """A row as JSON text for the quarantine (non-ASCII escaped, so any string survives)."""
-    try:
-        return json.dumps(event)[:1000]
-    except (RecursionError, ValueError):
-        return "(a value nested too deeply to show)"
-
-
-def _row_problem(event: Any, number: int) -> tuple[str, str] | None:
-    """(reason, detail) when a row breaks the JSON contract before validation can read it:
-    not an object, a field of the wrong JSON type, or text that is not Unicode."""
-    if not isinstance(event, dict):
-        return "unparseable", f"row {number} is not a JSON object"
-    for name in _TEXT_FIELDS:
-        value = event.get(name)
-        if value is None:
-            continue  # missing: validation reports it
-        if not isinstance(value, str):
-            return "bad_type", f"{name} must be a JSON string, got {_kind(value)}"
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                return "unparseable", (f"{name} holds a lone UTF-16 surrogate (such as "
-                                       "\\ud800), which is not text: send valid Unicode")
-    points = event.get("points")
-    if points is not None and (isinstance(points, bool) or not isinstance(points, int)):
-        return "bad_type", (f"points must be a JSON integer (e.g. 5), got {_kind(points)} "
-                            f"{_raw(points)[:40]}")
-    return None
+#: The body's text fields (its server_id is ignored: the credential's is the rows').
+_TEXT_FIELDS = tuple(name for name in JSON_TEXT_FIELDS if name != "server_id")
 
 
 def _batch_table(events: list[Any], server_id: str, source: str
                  ) -> tuple[pa.Table, pa.Table, list[int], list[dict[str, Any]]]:
     """(rows as text columns with the credential's server_id, the rows that broke the JSON
-    contract in quarantine form, the body row number of each table row, those rows'
-    rejections)."""
-    fields = [name for name in INPUT_FIELDS if name != "server_id"]
-    columns: dict[str, list[str | None]] = {name: [] for name in fields}
-    rows: list[int] = []
-    bad: list[tuple[str, str]] = []
-    reasons: list[str] = []
-    rejected: list[dict[str, Any]] = []
-    for number, event in enumerate(events):
-        problem = _row_problem(event, number)
-        if problem is not None:
-            reason, detail = problem
-            bad.append((_raw(event), detail))
-            reasons.append(reason)
-            rejected.append({"row": number, "reason": reason, "detail": detail})
-            continue
-        rows.append(number)
-        for name in fields:
-            value = event.get(name)
-            columns[name].append(None if value is None else str(value))
-    table = pa.table({**{name: pa.array(values, pa.string()) for name, values in columns.items()},
-                      "server_id": pa.array([server_id] * len(rows), pa.string())})
-    quarantine = unparseable_rows(bad, source)
-    quarantine = quarantine.set_column(quarantine.schema.get_field_index("reason"), "reason",
-                                       pa.array(reasons, pa.string()))
+    contract in quarantine form with their values as sent, the body row number of each
+    table row, those rows' rejections)."""
+    columns, rows, refused = json_rows(events, _TEXT_FIELDS)
+    columns["server_id"] = [server_id] * len(rows)
+    table = pa.table({name: pa.array(values, pa.string()) for name, values in columns.items()})
+    quarantine = quarantine_rows([({**values, "server_id": server_id}, reason, detail)
+                                  for _, values, reason, detail in refused], source)
+    rejected = [{"row": index, "reason": reason, "detail": detail}
+                for index, _, reason, detail in refused]
     return table, quarantine, rows, rejected
 
 

@@ -24,7 +24,7 @@ from app.http.params import BoardName
 from app.http.ratelimit import check_rate
 from app.http.routers.ingest import EVENT_SCHEMA, server_and_body
 from app.http.service import ServiceDep
-from app.sources import unparseable_rows
+from app.sources import json_field_text, quarantine_rows, unparseable_rows
 from leaderboard.registry import Board
 
 __all__ = ["SCORES_PATH", "SCORE_BODY_SCHEMA", "router"]
@@ -91,6 +91,30 @@ def _submission(body: bytes, board: Board) -> dict[str, Any]:
     return data
 
 
+def _refused(body: bytes, board: Board, server_id: str, exc: ApiError, source: str
+             ) -> pa.Table:
+    """A refused submission as a quarantine row of its board, with its reason: its fields
+    as sent (the board's `score` or `delta` as points, each as validation reads a JSON
+    event's), or the whole body in match_id when it is not one JSON object."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        data = None
+    if isinstance(data, dict):
+        sent = data.get(board.score_field)
+        if sent is None:  # the other field, which the reason names
+            sent = data.get("delta" if board.score_field == "score" else "score")
+        values = {name: json_field_text(name, data.get(name))
+                  for name in ("player_id", "match_id", "event_time")}
+        values |= {"points": json_field_text("points", sent), "server_id": server_id}
+    else:
+        values = {"match_id": body.decode("utf-8", "replace")[:1000]}
+    table = quarantine_rows([(values, exc.code, exc.message)], source)
+    # With its board, as every quarantined score: the listing shows it, and a release
+    # judges it as a score to that board.
+    return table.append_column("board", pa.array([board.name], pa.string()))
+
+
 def _is_text(value: str) -> bool:
     try:
         value.encode("utf-8")
@@ -153,15 +177,8 @@ async def submit_score(
     try:
         data = _submission(body, found)
     except ApiError as exc:
-        if exc.status == 422:  # kept with its reason, as a refused event row is
-            quarantine = unparseable_rows([(body.decode("utf-8", "replace"), exc.message)],
-                                          source)
-            quarantine = quarantine.set_column(quarantine.schema.get_field_index("reason"),
-                                               "reason", pa.array([exc.code], pa.string()))
-            # With its board, as every quarantined score: the listing shows it, and a
-            # release judges it as a score to that board.
-            service.quarantine(quarantine.append_column(
-                "board", pa.array([found.name], pa.string())))
+        if exc.status == 422:  # kept with its values as sent and its reason, as an event row
+            service.quarantine(_refused(body, found, server_id, exc, source))
         raise
     # A score is one event of the server's rate (429 with Retry-After, before anything lands).
     await run_in_threadpool(check_rate, service.client, keys, server_id, 1)
@@ -170,7 +187,9 @@ async def submit_score(
     table = pa.table({
         "match_id": pa.array([data["match_id"]], pa.string()),
         "player_id": pa.array([data["player_id"]], pa.string()),
-        "points": pa.array([data[field]], pa.int64()),
+        # As text, as an event's: validation judges the range (a score past int64 is
+        # refused 422 with the bound, not an overflow).
+        "points": pa.array([json_field_text("points", data[field])], pa.string()),
         "event_time": pa.array([event_time], pa.string()),
         "server_id": pa.array([server_id], pa.string()),
     })
@@ -185,7 +204,7 @@ async def submit_score(
     }
     if report.rejections:
         _, reason, detail = report.rejections[0]
-        return JSONResponse({"error": reason, "message": detail.replace("points", field, 1),
+        return JSONResponse({"error": reason, "message": detail.replace("points", field),
                              **answer}, status_code=422)
     if report.in_flight:
         return JSONResponse({"error": "in_flight_elsewhere", "message": (
