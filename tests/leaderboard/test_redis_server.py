@@ -16,8 +16,10 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis_locale import NON_C_LOCALE, collates_as_bytes
 
 from leaderboard.redis_server import (
+    LOCALE_VAR,
     EmbeddedRedis,
     ensure_local_server,
     find_server_binary,
@@ -264,3 +266,24 @@ def test_the_following_client_finds_a_server_restarted_on_another_port(data_dir:
         assert not url.endswith(f":{old_port}/0")
         assert client.get("k") == b"v"
     client.close()
+
+
+def test_servers_started_here_collate_as_bytes_under_a_callers_non_c_locale(
+        data_dir: Path, monkeypatch: pytest.MonkeyPatch, non_c_redis_server: EmbeddedRedis
+) -> None:
+    """A caller whose locale is en_US.UTF-8 (an operator's shell) still gets servers, the
+    tests' and the CLI's daemon, that compare text in Lua as bytes: they run with LC_ALL=C
+    unless LEADERBOARD_TEST_REDIS_LOCALE names another locale."""
+    monkeypatch.delenv(LOCALE_VAR, raising=False)
+    monkeypatch.setenv("LC_ALL", NON_C_LOCALE)
+    monkeypatch.setenv("LANG", NON_C_LOCALE)
+    with EmbeddedRedis() as server:
+        assert collates_as_bytes(_client(server.url))
+    client = _client(ensure_local_server(data_dir))
+    try:
+        assert collates_as_bytes(client)
+    finally:
+        stop_local_server(data_dir)
+    monkeypatch.setenv(LOCALE_VAR, NON_C_LOCALE)
+    with EmbeddedRedis() as server:
+        assert not collates_as_bytes(_client(server.url))

@@ -161,3 +161,16 @@ def test_the_profile_cache_on_a_redis_cluster(redis_cluster, tmp_path):
     for node in redis_cluster.nodes:
         node.flushall()
     assert cache.names(["p0", "p1"]) == ["Player 0", "Player 1"]  # reloaded from the lake
+
+
+@pytest.mark.parametrize("same_order", [False, True])
+def test_orders_compare_as_bytes_on_a_redis_under_en_us(non_c_redis, tmp_path, same_order):
+    """A cached profile is replaced only by a write of a greater order compared as bytes,
+    as the lake log sorts orders, also on a Redis started under en_US.UTF-8 (whose collation
+    puts 'a' before 'B'): 'a1' replaces 'B1', and 'B1' then does not replace 'a1'."""
+    cache = ProfileCache(non_c_redis, tmp_path / "lake")
+    older, newer = Profile("bob", "Bob v1", order="B1"), Profile("bob", "Bob v2", order="a1")
+    assert cache.store([older], same_order=same_order) == 1
+    assert cache.store([newer], same_order=same_order) == 1
+    assert cache.store([older], same_order=same_order) == 0
+    assert non_c_redis.hget(PROFILES_KEY, "bob").startswith(b"a1\n")

@@ -293,3 +293,40 @@ def test_a_live_total_over_a_saturated_base_is_the_batchs(redis_client, tmp_path
                 reference_standings(lake, registry, None)[("global", "all-time")]}
         assert {p.decode(): int(k) for p, k in redis_client.zrange(
             keys.merged, 0, -1, withscores=True)} == want, ties
+
+
+_LAST_ONLY = {"regions": ["na"], "modes": ["ranked"],
+              "boards": [{"scope": "global", "name": "latest", "aggregation": "last",
+                          "windows": ["all-time"], "min_points": 0, "max_points": 100}]}
+
+
+@pytest.mark.parametrize("first", ["B-7", "a-7"])
+def test_last_events_at_one_instant_order_match_ids_as_bytes_on_an_en_us_server(
+        non_c_redis, tmp_path, first):
+    """Two `last` events of one player at the same instant, in two landed files: the later
+    is the one with the greater match_id byte by byte ('a-7' after 'B-7'), as the batch
+    orders them. On a Redis started under en_US.UTF-8, whose collation puts 'a-7' first,
+    the live score is still the batch's (20, the points of 'a-7'), in either landing order."""
+    registry = registry_from(_LAST_ONLY)
+    config = tmp_path / "registry.toml"
+    write_registry(config, _LAST_ONLY)
+    at = day("2026-11-28") + timedelta(hours=9)
+    points = {"B-7": 10, "a-7": 20}
+    second = "a-7" if first == "B-7" else "B-7"
+    land(tmp_path / "lake", registry, [
+        {"match_id": match, "player_id": "p1", "points": points[match], "event_time": at,
+         "region": "na", "mode": "ranked", "server_id": "s1",
+         "ingested_at": at + timedelta(hours=hours)}
+        for match, hours in ((first, 1), (second, 3))])
+    assert len(landed_files(tmp_path / "lake")) == 2
+    folder = Folder(non_c_redis, registry, tmp_path / "lake")
+    assert folder.catch_up(SpeedVersion(None, None)) == 2
+    live = merged(non_c_redis, registry, SpeedVersion(None, None).tag)
+
+    run_batch(Settings.from_env({"LEADERBOARD_DATA": str(tmp_path),
+                                 "LEADERBOARD_CONFIG": str(config)}), date(2026, 11, 29))
+    batch = BaseKeys(BatchView(tmp_path / "lake", read_current(tmp_path / "lake")))
+    key, mark = batch.lookup(registry.board("latest"), "all-time")["p1"]
+    assert mark.endswith("|a-7")
+    assert live == {("latest", "all-time"): {"p1": int(key)}}
+    assert int(key) == 20
