@@ -537,6 +537,8 @@ def _cmd_erase(args: argparse.Namespace) -> int:
                           say=(lambda m: None) if args.json else out.print)
     if args.json:
         print(json.dumps(result))
+    elif result["status"] == "incomplete":
+        err.print(f"erasure of {args.player} {result['remains']}")
     else:
         lake = result["lake"]
         out.print(f"erased {args.player}: {lake['rows']} row(s) in {lake['files']} file(s), "
@@ -544,7 +546,7 @@ def _cmd_erase(args: argparse.Namespace) -> int:
                   + (" (finishing an erasure of the id stopped part-way)"
                      if lake["resumed"] else "")
                   + "; later events of the id are refused (reason erased)")
-    return 0
+    return 0 if result["status"] == "erased" else 1
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -98,8 +98,12 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
     if live is not None:
         version = _republish(lake, live, now)
         say(f"live version re-published as {version}")
-    result: dict[str, Any] = {"status": "erased", "lake": report.as_dict(),
-                              "version": version, "redis": None, "warehouse": False}
+    result: dict[str, Any] = {"status": "erased" if report.complete else "incomplete",
+                              "lake": report.as_dict(), "version": version, "redis": None,
+                              "warehouse": False}
+    if not report.complete:
+        result["remains"] = _remains(report.unreadable)
+        say(result["remains"])
     if speed is not None:
         state = None
         try:
@@ -135,6 +139,15 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
         say("warehouse rebuilt")
     report.done()  # stopped before this, the next run of it resumes (`erase_from_lake`)
     return result
+
+
+def _remains(unreadable: list[str]) -> str:
+    """What an erasure that could not read some files leaves to do, in words (killed runs'
+    files are swept before: these are files a version names, or the lake's own logs)."""
+    return (f"not finished: {len(unreadable)} file(s) of the lake could not be read and may "
+            f"still hold the id: {', '.join(sorted(unreadable))}. Everything else is erased "
+            "and the id is refused at ingest. Restore those files from a backup, then erase "
+            "the player again")
 
 
 def _republish(lake: Path, live: Manifest, now: datetime) -> str:

@@ -15,9 +15,13 @@ Every file under the lake that holds the player's id is rewritten without it, at
   total, histogram rows), the manifests' bans, totals and board summaries follow.
 
 The ledger of erasures (`leaderboard.erasure`) is written first, so ingest refuses the id
-while the files are rewritten. Redis, the warehouse and the live version's new id are the
-composition's part (`app/erasure.py`). Usage: `leaderboard erase PLAYER` (or the admin
-route `DELETE /v1/admin/players/{player_id}`).
+while the files are rewritten. Then the files of batch runs that died before their manifest
+are swept (`jobs.sweep`): a killed run leaves a half-written Parquet file in place, which no
+reader of versions meets (none is named) but a walk of the lake does. A file the pass still
+cannot read is not a reason to stop half-way: it is listed (`LakeErasure.unreadable`), the
+rest is done, and the erasure stays under way until a run finds no such file. Redis, the
+warehouse and the live version's new id are the composition's part (`app/erasure.py`).
+Usage: `leaderboard erase PLAYER` (or the admin route `DELETE /v1/admin/players/{player_id}`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.duckdb_engine import histogram_sql
+from jobs.sweep import SweepRefused, SweepReport, sweep_dead_runs, sweep_orphans
 from leaderboard.bans import bans_dir
 from leaderboard.erasure import erasure_dir, holds_player, record_erasure, without_player
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
@@ -62,11 +67,21 @@ class LakeErasure:
     resumed: bool = False
     #: the marker of an erasure under way (`erase_from_lake`), removed by `done`
     marker: Path | None = None
+    #: files of killed batch runs deleted before the pass (`jobs.sweep`)
+    swept: int = 0
+    #: files (below the lake) the pass could not read: they may still hold the id
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every file of the lake was read (and rewritten where it held the id)."""
+        return not self.unreadable
 
     def done(self) -> None:
         """The whole erasure is over (the lake, Redis and the warehouse): a later run of it
-        is no longer a resumed one."""
-        if self.marker is not None:
+        is no longer a resumed one. Not while a file could not be read: the marker stays,
+        so each night's batch says the erasure is to be run again."""
+        if self.marker is not None and self.complete:
             self.marker.unlink(missing_ok=True)
 
     @property
@@ -77,19 +92,27 @@ class LakeErasure:
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "files": self.files, "versions": self.versions,
-                "windows": self.windows, "resumed": self.resumed,
+                "windows": self.windows, "resumed": self.resumed, "swept": self.swept,
+                "unreadable": sorted(self.unreadable),
                 "by_kind": dict(sorted(self.by_kind.items()))}
 
 
-def _rewrite(report: LakeErasure, kind: str, paths: list[Path], player: str, *,
+def _rewrite(lake: Path, report: LakeErasure, kind: str, paths: list[Path], player: str, *,
              any_text: bool = False, drop_empty: bool = False,
              redact: tuple[str, ...] = ()) -> set[str]:
     """Rewrite each file without the player's rows (and the id redacted from the `redact`
-    text columns of the rows kept); returns the paths changed."""
+    text columns of the rows kept); returns the paths changed. A file it cannot read is
+    listed in the report's `unreadable` and left as it is."""
     changed = set()
     for path in paths:
-        removed = without_player(path, player, any_text=any_text, drop_empty=drop_empty,
-                                 redact=redact)
+        try:
+            removed = without_player(path, player, any_text=any_text, drop_empty=drop_empty,
+                                     redact=redact)
+        except FileNotFoundError:
+            continue
+        except _UNREADABLE:
+            report.unreadable.append(str(path.relative_to(lake)))
+            continue
         if removed:
             changed.add(str(path))
             report.rows += removed
@@ -345,26 +368,24 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
     report = LakeErasure(resumed=marker.exists(), marker=marker)
     mine = _journal(marker) if report.resumed else set()
     _write_journal(marker, mine)
-    _rewrite(report, "events", sorted((lake / "events").rglob("*.parquet")), player)
+    _swept(report, say, sweep_dead_runs, lake)
+    _rewrite(lake, report, "events", sorted((lake / "events").rglob("*.parquet")), player)
     # An emptied quarantine file goes (its rows' ids name it; none is left to name).
-    _rewrite(report, "quarantine", sorted((lake / "quarantine").rglob("*.parquet")), player,
-             any_text=True, drop_empty=True)
+    _rewrite(lake, report, "quarantine", sorted((lake / "quarantine").rglob("*.parquet")),
+             player, any_text=True, drop_empty=True)
     # Other rows of the logs keep their place; an operator's free text naming the id (a
     # reason, a display name) loses it.
     for kind, folder, text in (("bans", bans_dir(lake), "reason"),
                                ("voids", voids_dir(lake), "reason"),
                                ("profiles", profiles_dir(lake), "display_name")):
-        _rewrite(report, kind, sorted(folder.glob("*.parquet")), player, drop_empty=True,
+        _rewrite(lake, report, kind, sorted(folder.glob("*.parquet")), player, drop_empty=True,
                  redact=(text,))
     _releases(lake, player, report)
     say(f"landing zone, quarantine and logs: {report.rows} row(s) removed")
-    held_rollups = [p for p in sorted((lake / "rollups").rglob("*.parquet"))
-                    if holds_player(p, player)]
-    held_standings = [p for p in sorted((lake / "standings").rglob("*.parquet"))
-                      if holds_player(p, player)]
+    held_rollups, held_standings = _holding(lake, player, report, say)
     journal = mine | {str(p.relative_to(lake)) for p in held_rollups + held_standings}
     _write_journal(marker, journal)
-    rollups = _rewrite(report, "rollups", held_rollups, player)
+    rollups = _rewrite(lake, report, "rollups", held_rollups, player)
     standings, histograms = _standings(lake, registry, player, held_standings, report)
     # The files a stopped run of this erasure rewrote (the pass knows this run's own), and
     # those of other players' stopped erasures whose versions are not in line yet.
@@ -374,6 +395,62 @@ def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime
     say(f"rollups and {report.windows} standings window(s) of {report.versions} version(s) "
         "rewritten")
     return report
+
+
+#: What reading a Parquet file that is not whole raises (a killed writer's file, cut short).
+_UNREADABLE = (pa.ArrowException, OSError)
+
+
+def _swept(report: LakeErasure, say: Say, sweep: Callable[[Path], SweepReport],
+           lake: Path) -> None:
+    """Delete the files of batch runs that died before their manifest (`jobs.sweep`), so
+    the pass does not meet them. Safe here: the erasure holds the barrier exclusively, so
+    no run writes files meanwhile (a run waiting at the barrier has written none, and its
+    lock keeps the sweep off its name anyway)."""
+    try:
+        swept = sweep(lake)
+    except SweepRefused as exc:
+        say(f"no sweep of killed runs' files: {exc}")
+        return
+    report.swept += swept.files
+    if swept.files:
+        say(f"swept {swept.files} file(s) of killed run(s) {', '.join(swept.runs)}")
+
+
+def _probe(paths: list[Path], player: str) -> tuple[list[Path], list[Path]]:
+    """(the files of `paths` holding the player, those that cannot be read); a file gone
+    meanwhile is neither."""
+    held, unreadable = [], []
+    for path in paths:
+        try:
+            if holds_player(path, player):
+                held.append(path)
+        except FileNotFoundError:
+            continue
+        except _UNREADABLE:
+            unreadable.append(path)
+    return held, unreadable
+
+
+def _holding(lake: Path, player: str, report: LakeErasure,
+             say: Say) -> tuple[list[Path], list[Path]]:
+    """The rollup and standings files holding the player. A file that cannot be read is a
+    killed run's the tombstone sweep did not know (a lake from before the tombstones): the
+    whole walk (`sweep_orphans`), paid only then, deletes those no manifest names, and what
+    is still unreadable after it (a file a version names, damaged) goes to `unreadable`."""
+    found: list[list[Path]] = []
+    cut: list[Path] = []
+    for kind in ("rollups", "standings"):
+        held, unreadable = _probe(sorted((lake / kind).rglob("*.parquet")), player)
+        found.append(held)
+        cut.extend(unreadable)
+    if cut:
+        _swept(report, say, sweep_orphans, lake)
+        held, unreadable = _probe([p for p in cut if p.exists()], player)
+        for path in held:
+            found[path.relative_to(lake).parts[0] == "standings"].append(path)
+        report.unreadable.extend(str(p.relative_to(lake)) for p in unreadable)
+    return sorted(found[0]), sorted(found[1])
 
 
 def _read_marker(marker: Path) -> dict[str, Any]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
-from datetime import UTC, datetime, timedelta
+import subprocess
+import sys
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,8 +17,8 @@ from leaderboard.schema import TIMESTAMP
 from speed_layer.ingest import Ingestor
 from speed_layer.service import SpeedLayer
 
-__all__ = ["EVERY_KIND", "EXOTIC", "day", "land", "random_scores", "random_stream", "registry_from",
-           "write_registry"]
+__all__ = ["EVERY_KIND", "EXOTIC", "day", "killed_batch", "land", "random_scores",
+           "random_stream", "registry_from", "write_registry"]
 
 #: Every aggregation, both orders, both tie policies, two graces, windows per board, direct
 #: boards of min and sum: the registry engine parity and the bench's plain statement run on.
@@ -211,3 +214,33 @@ def land_legacy_backfill(lake: Path, writer: str, events: pa.Table,
         target = handle._target("events", day, seq)
         atomic_write_parquet(stamped, target, sort_by="event_time")
     return LandedFile(writer, seq, day, target, stamped.num_rows)
+
+
+def killed_batch(data: Path, as_of: date, *, at: str = "batch.standings", cut: bool = True,
+                 env: dict[str, str] | None = None) -> str:
+    """A batch run of the data dir `data` killed (SIGKILL) at fault checkpoint `at`, in a
+    process of its own (`env`: more of its environment, a registry say); returns its run
+    id. What it leaves is what a kill leaves: its lock file (the tombstone), and its
+    rollup, standings and histogram files no manifest names. `cut`: each of those files
+    cut to half its bytes, as the one a writer was writing in place when it was killed
+    (any of them may be)."""
+    lake = data / "lake"
+    before = set((lake / "runs").glob("*.lock"))
+    code = ("from datetime import date; from jobs.batch import run_batch; "
+            "from leaderboard.settings import Settings; "
+            f"run_batch(Settings.from_env(), date.fromisoformat({as_of.isoformat()!r}))")
+    process = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+             **(env or {}), "LEADERBOARD_DATA": str(data), "LEADERBOARD_FAULTS": f"{at}=kill"})
+    assert process.returncode == -9, process.stderr.decode()[-2000:]
+    (lock,) = set((lake / "runs").glob("*.lock")) - before
+    run = lock.name.removesuffix(".lock")
+    if cut:
+        files = list((lake / "rollups" / f"run={run}").glob("*.parquet"))
+        for kind in ("standings", "histograms"):
+            files += (lake / kind).glob(f"as_of={as_of}/*/*/part-{run}.parquet")
+        assert files, "the killed run wrote no file"
+        for path in files:
+            os.truncate(path, path.stat().st_size // 2)
+    return run

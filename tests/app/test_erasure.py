@@ -9,6 +9,7 @@ data dir with its AOF (base RDB preamble and increments).
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -23,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import redis
-from lakes import EXOTIC, day, land, random_stream, registry_from, write_registry
+from lakes import EXOTIC, day, killed_batch, land, random_stream, registry_from, write_registry
 from oracle import reference_standings
 
 import leaderboard.erasure as erasure_module
@@ -410,6 +411,84 @@ def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypa
     again = erase_player(settings, speed, VICTIM, settle=0.0)
     assert (again["lake"]["resumed"], again["version"]) == (False, None)
 
+
+
+@pytest.mark.parametrize("tombstone", [True, False])
+def test_an_erasure_after_a_killed_batch_sweeps_its_files_and_finishes(world, tombstone):
+    """A batch killed mid-write leaves Parquet files cut short that no manifest names; the
+    erasure deletes them first (the killed run's lock file says whose they are; without
+    it, a lake from before those, the whole walk after the first unreadable file) and then
+    erases the player everywhere, on the first try."""
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    _land_victim(settings, speed, 79, days=2)
+    run_batch(settings, date(2026, 11, 28))
+    speed.rebase(read_current(lake))
+    run = killed_batch(settings.data_dir, date(2026, 11, 29),
+                       env={"LEADERBOARD_CONFIG": str(settings.config)})
+    left = sorted(lake.rglob(f"*{run}*"))
+    assert any(p.suffix == ".parquet" for p in left)
+    if not tombstone:
+        (lake / "runs" / f"{run}.lock").unlink()
+    served = Leaderboards(lake, registry, client, now=settings.now)
+    assert served.player("global", VICTIM)["status"] == "ranked"
+
+    result = erase_player(settings, speed, VICTIM, settle=0.0)
+    assert result["status"] == "erased"
+    assert result["lake"]["unreadable"] == []
+    assert result["lake"]["swept"] >= len([p for p in left if p.is_file()
+                                           and p.suffix == ".parquet"])
+    assert sorted(lake.rglob(f"*{run}*")) == []
+    assert not list((lake / "erasure").glob("pending-*"))  # done, nothing to resume
+    served = Leaderboards(lake, registry, client, now=settings.now)
+    assert served.player("global", VICTIM)["status"] == "unranked"
+    for manifest in list_versions(lake):
+        validate_version(lake, manifest.version, registry=registry)
+    assert _redis_holding(client) == []
+    assert _settled_holding(settings.data_dir) == []
+
+
+def test_an_erasure_that_cannot_read_a_versions_file_says_what_remains(world, monkeypatch,
+                                                                      capsys):
+    """A file a version names that cannot be read (damaged on disk) is not a killed run's:
+    no sweep takes it. The erasure does the rest, names the file in its answer (status
+    `incomplete`, and the CLI's sentence, exit 1), and stays under way: each night's batch
+    says to run it again, and a run after the file is restored finishes it."""
+    from app.cli import main
+
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    _land_victim(settings, speed, 80, days=2)
+    run_batch(settings, date(2026, 11, 28))
+    speed.rebase(read_current(lake))
+    named = sorted(lake.glob("rollups/*/*.parquet"))[0]
+    whole = named.read_bytes()
+    os.truncate(named, len(whole) // 2)
+    relative = str(named.relative_to(lake))
+
+    result = erase_player(settings, speed, VICTIM, settle=0.0)
+    assert result["status"] == "incomplete"
+    assert result["lake"]["unreadable"] == [relative]
+    assert relative in result["remains"]
+    assert result["lake"]["rows"] > 0  # the rest was erased
+    assert list((lake / "erasure").glob("pending-*"))  # still under way
+    said: list[str] = []
+    run_batch(settings, date(2026, 11, 28), publish=False, step=said.append)
+    assert any("1 erasure(s) stopped part-way" in s for s in said), said
+    _as_the_cli(monkeypatch, settings)
+    assert main(["erase", VICTIM, "--yes"]) == 1
+    printed = capsys.readouterr()
+    assert f"could not be read and may still hold the id: {relative}" in printed.err
+    assert "Traceback" not in printed.err
+
+    named.write_bytes(whole)  # restored from a backup
+    result = erase_player(settings, speed, VICTIM, settle=0.0)
+    assert (result["status"], result["lake"]["resumed"]) == ("erased", True)
+    assert not list((lake / "erasure").glob("pending-*"))
+    for manifest in list_versions(lake):
+        validate_version(lake, manifest.version, registry=registry)
+    assert _redis_holding(client) == []
+    assert _settled_holding(settings.data_dir) == []
 
 
 def _stop_an_erasure(settings: Settings, speed: SpeedLayer, player: str,

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import redis
-from lakes import land, random_stream
+from lakes import killed_batch, land, random_stream
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from serve import serving
@@ -795,6 +795,34 @@ def test_erasing_a_player_over_http(world):
     for kind in ("bans", "voids"):
         for path in (world.lake / kind).glob("*.parquet"):
             assert name not in pq.read_table(path).column("player_id").to_pylist()
+
+
+def test_erasing_over_http_after_a_killed_batch_answers_json(world):
+    """A batch killed mid-write left Parquet files cut short: the erasure sweeps them first
+    and answers 200, the player gone; a file a version names that cannot be read is named
+    in a JSON 409 (`erasure_incomplete`), never a 500."""
+    top = world.client.get("/v1/boards/global/top", params={"n": 2}).json()["entries"]
+    first, second = top[0]["player_id"], top[1]["player_id"]
+    killed_batch(world.settings.data_dir, date(2026, 11, 30),
+                 env={"LEADERBOARD_NOW": NOW})
+    erased = world.client.delete(f"/v1/admin/players/{first}", headers={"X-Admin-Key": ADMIN})
+    assert erased.status_code == 200, erased.text
+    assert (erased.json()["status"], erased.json()["lake"]["unreadable"]) == ("erased", [])
+    assert erased.json()["lake"]["swept"] > 0
+    assert world.client.get(f"/v1/boards/global/players/{first}").json()["status"] == (
+        "unranked")
+
+    damaged = sorted(world.lake.glob("rollups/*/*.parquet"))[0]
+    os.truncate(damaged, damaged.stat().st_size // 2)
+    answer = world.client.delete(f"/v1/admin/players/{second}",
+                                 headers={"X-Admin-Key": ADMIN})
+    assert answer.status_code == 409, answer.text
+    body = answer.json()
+    assert body["error"] == "erasure_incomplete"
+    assert body["lake"]["unreadable"] == [str(damaged.relative_to(world.lake))]
+    assert str(damaged.relative_to(world.lake)) in body["message"]
+    assert world.client.get(f"/v1/boards/global/players/{second}").json()["status"] == (
+        "unranked")
 
 
 def test_a_405_lists_every_method_of_the_path(reader):

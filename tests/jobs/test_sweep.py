@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from datetime import date
 from pathlib import Path
 
 import pytest
-from lakes import day, land, random_stream
+from lakes import day, killed_batch, land, random_stream
 
 from jobs.batch import run_batch
 from jobs.release import set_aside
@@ -52,15 +49,8 @@ def _named(lake: Path) -> set[str]:
 
 
 def _killed_run(data: Path, as_of: date, at: str) -> None:
-    """A batch run killed (SIGKILL) at fault checkpoint `at`, in a process of its own."""
-    env = {"LEADERBOARD_DATA": str(data), "PATH": "/usr/bin:/bin",
-           "LEADERBOARD_FAULTS": f"{at}=kill", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    code = ("from datetime import date; from jobs.batch import run_batch; "
-            "from leaderboard.settings import Settings; "
-            f"run_batch(Settings.from_env(), date.fromisoformat({as_of.isoformat()!r}))")
-    process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             timeout=300)
-    assert process.returncode == -9, process.stderr.decode()[-2000:]
+    """A batch run killed (SIGKILL) at fault checkpoint `at`, its files left whole."""
+    killed_batch(data, as_of, at=at, cut=False)
 
 
 @pytest.fixture

@@ -163,7 +163,11 @@ def voids(service: AdminDep,
 
 
 @router.delete("/v1/admin/players/{player_id}",
-               summary="Erase a player everywhere (right to erasure)")
+               summary="Erase a player everywhere (right to erasure)",
+               responses=documented(409, s409="`erasure_incomplete`: files of the lake could "
+                                              "not be read (`lake.unreadable` lists them); "
+                                              "the rest is erased; restore them, then erase "
+                                              "again"))
 def erase(service: AdminDep,
           player_id: Annotated[str, Path(pattern=ID_PATTERN, description=ID_RULE)],
           ) -> dict[str, Any]:
@@ -176,4 +180,7 @@ def erase(service: AdminDep,
     result = erase_player(service.settings, service.speed, player_id, settle=ERASURE_SETTLE)
     service.boards.forget_pointer()  # this process's next read follows the new version
     service.cache.clear()
+    if result["status"] == "incomplete":
+        raise ApiError(409, "erasure_incomplete", result["remains"], player_id=player_id,
+                       **{k: v for k, v in result.items() if k not in ("status", "remains")})
     return {"player_id": player_id, **result}
