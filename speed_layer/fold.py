@@ -38,7 +38,6 @@ from leaderboard.lake import LandedFile, landed_files, stamp_range
 from leaderboard.lua import BYTES_AFTER
 from leaderboard.manifest import read_version
 from leaderboard.registry import Board, Registry
-from leaderboard.schema import identity_match_ids
 from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
@@ -52,9 +51,10 @@ from leaderboard.speed_keys import (
 )
 from leaderboard.timeutil import duration_us, epoch_us
 from leaderboard.voids import VoidIndex
+from speed_layer.dedupe import Counted, ingest_order, match_ids
 
 __all__ = ["FOLD_SCRIPT", "KEPT_BASES", "PROGRESS_SCRIPT", "BaseKeys", "Call", "Folder", "Progress",
-           "ScriptPipeline", "Update", "identities", "mark_time", "plan_updates",
+           "ScriptPipeline", "Update", "mark_time", "plan_updates",
            "predecessors", "value_fields"]
 
 _US_PER_DAY = 86_400_000_000
@@ -986,54 +986,33 @@ class Folder:
         return [f for f in landed_files(self.lake) if self._after(f, version.watermark)]
 
     def catch_up(self, version: SpeedVersion, files: Iterable[LandedFile] | None = None, *,
-                 building: bool = False, dedupe: bool = False,
-                 seen: set[str] | None = None) -> int:
+                 building: bool = False, dedupe: bool = False) -> int:
         """Fold every pending file (crash repair, a rebase or rebuild), then move the floors
         over them.
 
-        `dedupe` (a rebase or rebuild folding many files): an identity (match_id,
-        player_id) counts once over all of them, first ingested wins, as the batch
-        dedupes; `seen` holds identities already counted (by the base). The door drops
-        retries within its horizon; this drops older re-deliveries spread over files.
+        `dedupe` (a rebase or rebuild folding many files): an identity counts once over the
+        base and all of them, first ingested wins, as the batch counts it
+        (speed_layer.dedupe.Counted). The door drops retries within its horizon; this drops
+        older re-deliveries, of events the base absorbed or spread over these files.
         """
         listing = landed_files(self.lake)
         todo = list(self.pending(version) if files is None else files)
-        if dedupe:  # first ingested first; ties by (writer, seq), as files land
-            todo.sort(key=lambda f: (stamp_range(f.path)[0], f.writer, f.seq))
+        counted = None
+        if dedupe:
+            todo = ingest_order(todo)
+            counted = Counted.of_base(self.lake, version.watermark, match_ids(
+                pq.read_table(f.path, columns=["match_id"]) for f in todo))
         else:
             todo.sort(key=lambda f: (f.writer, f.seq))
         prevs = predecessors(listing)
-        counted = set() if seen is None else set(seen)
         for landed in todo:
             table = pq.read_table(landed.path)
-            if dedupe and table.num_rows:
-                ids = _identity_column(table).to_pylist()
-                fresh = np.fromiter((i not in counted for i in ids), dtype=bool,
-                                    count=len(ids))
-                counted.update(ids)
-                if not fresh.all():
-                    table = table.filter(pa.array(fresh))
+            if counted is not None:
+                table = counted.fresh(table)
             self.fold(version, landed.writer, landed.seq, table,
                       prev=prevs.get((landed.writer, landed.seq)), building=building)
         self.advance(version, listing)
         return len(todo)
-
-
-def _identity_column(table: pa.Table) -> pa.Array:
-    """`match_id NUL player_id` per row (a direct score's match part names its board too,
-    leaderboard.schema.identity_match_ids): an event's identity as one string."""
-    joined = pc.binary_join_element_wise(identity_match_ids(table), table.column("player_id"),
-                                         "\x00")
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
-
-
-def identities(tables: Iterable[pa.Table]) -> set[str]:
-    """Every identity (`match_id NUL player_id`) of the tables' rows."""
-    found: set[str] = set()
-    for table in tables:
-        if table.num_rows:
-            found.update(_identity_column(table).to_pylist())
-    return found
 
 
 def predecessors(listing: Iterable[LandedFile]) -> dict[tuple[str, int], int]:

@@ -33,7 +33,6 @@ from leaderboard.manifest import Manifest, read_current, read_version, watermark
 from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
 from leaderboard.retained import Tally, kept_after, redoable
-from leaderboard.schema import identity_match_ids
 from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
@@ -49,8 +48,9 @@ from leaderboard.speed_keys import (
     windows_key,
 )
 from leaderboard.voids import ALL_PLAYERS, Void, VoidIndex, VoidLimit, read_voids, write_void
+from speed_layer.dedupe import Counted, absorbed_files, ingest_order, match_ids
 from speed_layer.door import Admission, Claim, ClaimPending, Door, RecordLost
-from speed_layer.fold import FOLD_SCRIPT, Folder, identities, plan_updates, predecessors
+from speed_layer.fold import FOLD_SCRIPT, Folder, plan_updates, predecessors
 from speed_layer.rate import held_ids, rate_key
 from speed_layer.seed import player_rollups, seed_updates
 
@@ -569,7 +569,6 @@ class SpeedLayer:
         self.sync_voids()
         faults.checkpoint("rebuild.after_reset")
         horizon_start = now - self.registry.idempotency_horizon * 2
-        recent = []
         for landed in landed_files(self.lake):
             if landed.ingest_date >= (horizon_start - timedelta(days=1)).date():
                 table = pq.read_table(landed.path)
@@ -577,19 +576,13 @@ class SpeedLayer:
                     table.column("ingested_at"),
                     pa.scalar(horizon_start, table.schema.field("ingested_at").type)))
                 self._remember_landed(table)
-                recent.append(table)
         for held in landed_files(self.lake, kind="quarantine"):  # a retry stays a retry
             if held.ingest_date >= (horizon_start - timedelta(days=1)).date():
                 ids = held_ids(held.path)
                 self._remember_landed(ids.filter(pc.greater_equal(
                     ids.column("ingested_at"),
                     pa.scalar(horizon_start, ids.schema.field("ingested_at").type))))
-        # Ids first ingested before the watermark (within the horizon) are counted by the
-        # base: a copy landed since (the door's record was lost) is a duplicate.
-        seen = set() if version.watermark is None else identities(
-            [t.filter(pc.less(t.column("ingested_at"), pa.scalar(
-                version.watermark, t.schema.field("ingested_at").type))) for t in recent])
-        folded = self.folder.catch_up(version, building=True, dedupe=True, seen=seen)
+        folded = self.folder.catch_up(version, building=True, dedupe=True)
         self.apply_bans(version, atomic=False)  # the pointer is not written yet
         self.apply_voids(version)
         if keeper.lost:
@@ -698,9 +691,13 @@ class SpeedLayer:
             for call in self.folder.calls_of(version, "seed", 0, updates, mode="seed",
                                              banned=set(), floor=-1, based=False):
                 calls.setdefault((call.keys.board, call.keys.window_id), []).append(call)
-        for landed in sorted(self.folder.pending_or_folded(version),
-                             key=lambda f: (f.writer, f.seq)):
-            table = pq.read_table(landed.path, filters=[("player_id", "=", player)])
+        # The player's speed rows counted as the batch counts them (speed_layer.dedupe).
+        files = [(landed, pq.read_table(landed.path, filters=[("player_id", "=", player)]))
+                 for landed in ingest_order(self.folder.pending_or_folded(version))]
+        counted = Counted.of_base(self.lake, version.watermark,
+                                  match_ids(table for _, table in files), player=player)
+        for landed, table in files:
+            table = counted.fresh(table)
             table = self.folder.voids_of(table).drop(table)
             if table.num_rows:
                 for call in self.folder.calls(version, landed.writer, landed.seq, table,
@@ -827,9 +824,7 @@ class SpeedLayer:
         mark = pa.scalar(version.watermark, pa.timestamp("us", tz="UTC"))
         filters = pc.field("player_id") == where if isinstance(where, str) else where
         parts = []
-        for landed in landed_files(self.lake):
-            if landed.ingest_date > version.watermark.date():
-                continue
+        for landed in absorbed_files(self.lake, version.watermark):
             table = pq.read_table(landed.path, filters=filters)
             if table.num_rows:
                 table = table.filter(pc.less(table.column("ingested_at"),
@@ -842,16 +837,9 @@ class SpeedLayer:
             [("ingested_at", "ascending"), ("_file", "ascending")])
         if not dedupe:
             return rows.drop_columns(["_file"])
-        # One row per identity: a player's direct scores share match ids with their match
-        # events (identity (board, match_id, player_id)), so the match id alone would drop
-        # whichever of the two sorted second.
-        seen: set[tuple[str, str]] = set()
-        first = []
-        for identity in zip(identity_match_ids(rows).to_pylist(),
-                            rows.column("player_id").to_pylist(), strict=True):
-            first.append(identity not in seen)
-            seen.add(identity)
-        rows = rows.filter(pa.array(first, pa.bool_())).drop_columns(["_file"])
+        # One row per identity (a player's direct scores share match ids with their match
+        # events: the identity names the board too).
+        rows = Counted().fresh(rows).drop_columns(["_file"])
         return rows if rows.num_rows else None
 
     def _ban_race(self, version: SpeedVersion, players: set[str],

@@ -1,0 +1,105 @@
+"""Re-deliveries across days: an event the base absorbed, landed again days later (past the
+door's horizon), never counts twice once the speed state is recomputed from the lake (a
+rebuild, an unban, a void's recompute, a rebase, the erasure's rebase)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+from lakes import batches, day, random_stream
+from oracle import reference_standings
+from views import live_ranked
+
+from app.erasure import erase_player
+from jobs.batch import run_batch
+from leaderboard.lake import LandingWriter
+from leaderboard.registry import load_registry
+from leaderboard.settings import Settings
+from serving.service import Leaderboards
+from speed_layer.ingest import Ingestor
+from speed_layer.service import SpeedLayer
+
+pytestmark = pytest.mark.redis
+START = day("2026-11-20")
+#: When the re-delivery lands: three days after the night that absorbed the first copy.
+AGAIN = day("2026-11-23T10:00:00")
+
+
+def _ingest(speed: SpeedLayer, writer: LandingWriter, registry, events: list[dict]) -> None:
+    ingestor = Ingestor(registry, writer, speed)
+    for at, table in batches(events):
+        ingestor.ingest(table, now=at, source="t")
+
+
+def _expected(lake, registry) -> dict:
+    reference = reference_standings(lake, registry, None, watermark=day("2100-01-01T00:00:00"))
+    return {k: [(r.player_id, r.score, r.rank) for r in rows]
+            for k, rows in reference.items() if rows}
+
+
+@pytest.fixture
+def redelivered(tmp_path, redis_client):
+    """Day 1 ingested and batched (version 1 live); on day 4 a copy of one of the player's
+    day-1 events lands again with other points, beside a new match of that player and
+    another. Returns (lake, registry, speed, settings, the player, the other, the new
+    match)."""
+    registry = load_registry()
+    lake = tmp_path / "lake"
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
+    speed = SpeedLayer(redis_client, registry, lake)
+    first = random_stream(61, start=START, days=1, duplicate_share=0.0, late_share=0.0)
+    first = [e for e in first if e["ingested_at"] < START + timedelta(hours=23)]
+    original = first[0]
+    player = original["player_id"]
+    other = next(e["player_id"] for e in first if e["player_id"] != player)
+    again = dict(original, points=original["points"] + 7, ingested_at=AGAIN)
+    new_match = "m61-new"
+    fresh = [dict(original, match_id=new_match, player_id=p, points=3,
+                  event_time=AGAIN - timedelta(minutes=30), ingested_at=AGAIN)
+             for p in (player, other)]
+    with LandingWriter(lake, "w") as writer:
+        _ingest(speed, writer, registry, first)
+        speed.rebase(run_batch(settings, START.date()).manifest)
+        _ingest(speed, writer, registry, [again, *fresh])
+    copies = [r for f in sorted((lake / "events").rglob("*.parquet"))
+              for r in pa.parquet.read_table(f).to_pylist()
+              if (r["match_id"], r["player_id"]) == (original["match_id"], player)]
+    assert len(copies) == 2  # past the door's horizon: the copy landed
+    return lake, registry, speed, settings, player, other, new_match
+
+
+def _served(lake, registry, redis_client) -> tuple[dict, dict]:
+    served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-24T00:00:00"))
+    expected = _expected(lake, registry)
+    return live_ranked(served, expected), expected
+
+
+@pytest.mark.parametrize("path", ["rebuild", "unban", "void", "rebase", "erase"])
+def test_a_recompute_from_the_lake_counts_a_re_delivery_once(redelivered, redis_client, path):
+    """After each path that recomputes the speed state from the lake, every player's live
+    score and rank in every board-window equal a batch of the whole lake: the copy of an
+    event the base absorbed, landed days later, counts nowhere (the batch keeps the first
+    ingested copy)."""
+    lake, registry, speed, settings, player, other, new_match = redelivered
+    if path == "rebuild":
+        redis_client.flushall()
+        speed.rebuild(AGAIN + timedelta(hours=2))
+    elif path == "unban":
+        speed.ban(player, AGAIN + timedelta(hours=1))
+        speed.unban(player, AGAIN + timedelta(hours=2))
+    elif path == "void":
+        # The void recomputes the player where the voided match counts; of those, the
+        # copy counts in the month, the season and all-time.
+        speed.void(new_match, player, AGAIN + timedelta(hours=1))
+    elif path == "rebase":  # the next night: the copy still lands after its watermark
+        speed.rebase(run_batch(settings, START.date() + timedelta(days=1)).manifest)
+    else:
+        erase_player(settings, speed, other, settle=0.0, sleep=lambda _s: None)
+    live, expected = _served(lake, registry, redis_client)
+    if path == "void":
+        expected = {k: v for k, v in expected.items()
+                    if k[1].partition(":")[0] in ("monthly", "season", "all-time")}
+        live = {k: live[k] for k in expected}
+    assert live == expected
