@@ -207,9 +207,15 @@ def distribution_page(registry: Registry, board: Board, window: str) -> str:
 
 
 def ops_page() -> str:
-    """Batch, speed layer, health, quarantine; ban, unban, void and erase behind the admin
-    key (the API checks it: the page holds no power of its own)."""
+    """Batch, speed layer, health, quarantine; ban, unban, void and erase: all behind the
+    admin key, which the page asks for once (the API checks it: the page holds no power of
+    its own)."""
     body = (
+        '<section id="ops-gate" hidden><h2>Admin key</h2>'
+        '<form id="ops-unlock" class="search" autocomplete="off"><label>Admin key '
+        '<input type="password" id="ops-key" autocomplete="off" placeholder="X-Admin-Key">'
+        '</label><button type="submit">Show operations</button></form>'
+        '<p id="ops-gate-note" class="muted"></p></section>'
         '<div class="two"><section><h2>Batch view</h2><dl id="ops-batch" class="kv"></dl>'
         '</section><section><h2>Speed layer</h2><dl id="ops-speed" class="kv"></dl></section>'
         '</div><section><h2>Health <span id="ops-health-status"></span></h2>'

@@ -1,5 +1,6 @@
-"""The console's routes: HTML pages at `/` and under `/console/`, their static assets, and
-the one JSON answer the API lacks (the operations summary).
+"""The console's routes: HTML pages at `/` and under `/console/`, and their static assets.
+The one JSON answer the pages need that the API lacks, the operations summary, is served by
+`app.http.routers.ops` behind the admin key.
 
 The router reads the app's shared service from `request.app.state.service` through the
 small `ConsoleService` protocol, so it depends on what the HTTP app holds, not on how the
@@ -18,12 +19,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from app.console import pages
-from app.console.ops import QuarantineTally, ops_status
 from leaderboard.registry import Board, Registry, RegistryError
-from leaderboard.settings import Settings
 from leaderboard.validation import id_problem
 from serving.service import Leaderboards
-from speed_layer.service import SpeedLayer
 
 __all__ = ["CONTENT_SECURITY_POLICY", "STATIC_FILES", "ConsoleService", "router"]
 
@@ -37,14 +35,11 @@ _Text = Annotated[str, Query(max_length=200)]
 class ConsoleService(Protocol):
     """What the console needs from the HTTP app's service."""
 
-    settings: Settings
     registry: Registry
     boards: Leaderboards
-    speed: SpeedLayer
 
 
 router = APIRouter(include_in_schema=False)
-_tally = QuarantineTally()
 
 
 def _service(request: Request) -> ConsoleService:
@@ -154,15 +149,6 @@ def distribution_page(request: Request, board: _Text = "", window: _Text = "") -
 @router.get("/console/ops")
 def ops_page() -> Response:
     return _html(pages.ops_page())
-
-
-@router.get("/console/api/ops")
-def ops(request: Request) -> JSONResponse:
-    """The operations summary (batch run, speed status, quarantine by reason) as JSON."""
-    service = _service(request)
-    status = ops_status(service.settings.lake_dir, service.speed, service.settings.now(),
-                        _tally)
-    return JSONResponse(status.as_dict(), headers={"Cache-Control": "no-store"})
 
 
 @cache

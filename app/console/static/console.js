@@ -510,11 +510,40 @@
       ? (value / 1e6).toFixed(1) + " MB" : (value / 1e3).toFixed(1) + " kB";
   }
 
+  // The admin key: asked for once (the operations summary needs it), kept in this tab only.
+  const ADMIN_KEY_ITEM = "leaderboard-admin-key";
+
   function opsPage() {
-    poll(async () => {
-      const [ops, health] = await Promise.all([
-        api("/console/api/ops"),
-        fetch("/healthz", { headers: { Accept: "application/json" } }).then((r) => r.json())]);
+    const key = $("#admin-key");
+    key.value = sessionStorage.getItem(ADMIN_KEY_ITEM) || "";
+    const gate = $("#ops-gate");
+    function ask(message) {
+      gate.hidden = false;
+      $("#ops-gate-note").textContent = message;
+      if (document.activeElement !== $("#ops-key")) $("#ops-key").focus();
+    }
+    const summary = poll(async () => {
+      const stored = sessionStorage.getItem(ADMIN_KEY_ITEM);
+      if (!stored) {
+        ask("The operations summary needs the admin key. It is kept in this tab only " +
+            "(sessionStorage) and sent as the X-Admin-Key header.");
+        return;
+      }
+      let ops;
+      try {
+        ops = await api("/console/api/ops", { headers: { Accept: "application/json",
+                                                          "X-Admin-Key": stored } });
+      } catch (error) {
+        if (!(error instanceof ApiError) || (error.status !== 401 && error.status !== 403)) {
+          throw error;
+        }
+        sessionStorage.removeItem(ADMIN_KEY_ITEM);
+        ask(`${error.message}: enter the admin key again.`);
+        return;
+      }
+      gate.hidden = true;
+      const health = await fetch("/healthz", { headers: { Accept: "application/json" } })
+        .then((r) => r.json());
       const b = ops.batch;
       kv($("#ops-batch"), b ? [
         ["version", b.version], ["as of", b.as_of], ["watermark", b.watermark],
@@ -554,15 +583,27 @@
                           "Nothing quarantined in these days."))];
       $("#ops-quarantine").replaceChildren(h("thead", {}, head), h("tbody", {}, ...lines));
     }, 5000);
+    $("#ops-unlock").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const given = $("#ops-key").value.trim();
+      if (!given) return;
+      sessionStorage.setItem(ADMIN_KEY_ITEM, given);
+      key.value = given;
+      $("#ops-key").value = "";
+      gate.hidden = true;
+      summary.refresh();
+    });
 
-    const key = $("#admin-key");
-    key.value = sessionStorage.getItem("leaderboard-admin-key") || "";
-    reviewQuarantine(key);
-    const adminJson = () => {
-      sessionStorage.setItem("leaderboard-admin-key", key.value);
-      return { "Content-Type": "application/json", Accept: "application/json",
-               "X-Admin-Key": key.value };
-    };
+    // An admin request with the key typed above; a key the API took is kept for the tab
+    // (a mistyped one is not: the summary keeps the key it has).
+    async function adminApi(path, options) {
+      const headers = { Accept: "application/json", "X-Admin-Key": key.value };
+      if (options && options.body) headers["Content-Type"] = "application/json";
+      const answer = await api(path, Object.assign({}, options || {}, { headers }));
+      sessionStorage.setItem(ADMIN_KEY_ITEM, key.value);
+      return answer;
+    }
+    reviewQuarantine(adminApi);
     irreversible("void", () => {
       const match = $("#void-match").value.trim();
       const player = $("#void-player").value.trim();
@@ -570,7 +611,7 @@
                      `${match}? It counts nowhere from now on; this cannot be undone.`,
                match, player, reason: $("#void-reason").value };
     }, async (asked) => {
-      const answer = await api("/v1/admin/voids", { method: "POST", headers: adminJson(),
+      const answer = await adminApi("/v1/admin/voids", { method: "POST",
         body: JSON.stringify({ match_id: asked.match, player_id: asked.player || null,
                                reason: asked.reason }) });
       const what = `${answer.match_id}${answer.player_id ? " / " + answer.player_id : ""}: `;
@@ -588,8 +629,8 @@
                      "state)? Later events of the id are refused; this cannot be undone.",
                id: player };
     }, async (asked) => {
-      const answer = await api("/v1/admin/players/" + enc(asked.id),
-                               { method: "DELETE", headers: adminJson() });
+      const answer = await adminApi("/v1/admin/players/" + enc(asked.id),
+                                    { method: "DELETE" });
       return `${answer.player_id}: ${answer.status} (${num(answer.lake.rows)} row(s) ` +
         "removed from the lake)";
     });
@@ -597,13 +638,10 @@
       event.preventDefault();
       const action = event.submitter ? event.submitter.dataset.action : "bans";
       const result = $("#admin-result");
-      sessionStorage.setItem("leaderboard-admin-key", key.value);
       const player = $("#admin-player").value.trim();
       try {
-        const answer = await api("/v1/admin/" + action, {
+        const answer = await adminApi("/v1/admin/" + action, {
           method: "POST",
-          headers: { "Content-Type": "application/json", Accept: "application/json",
-                     "X-Admin-Key": key.value },
           body: JSON.stringify({ player_id: player, reason: $("#admin-reason").value }) });
         result.className = "up";
         result.textContent = `${answer.player_id}: ${answer.status} ` +
@@ -664,17 +702,15 @@
   }
 
   // Quarantine review: list rows by reason, release the ticked ones (admin key).
-  function reviewQuarantine(key) {
+  function reviewQuarantine(adminApi) {
     const form = $("#review");
     const result = $("#review-result");
     const release = $("#review-release");
-    const admin = () => ({ Accept: "application/json", "X-Admin-Key": key.value });
     async function list() {
-      sessionStorage.setItem("leaderboard-admin-key", key.value);
       const reason = $("#review-reason").value;
       try {
-        const page = await api("/v1/admin/quarantine?limit=50" +
-                               (reason ? "&reason=" + enc(reason) : ""), { headers: admin() });
+        const page = await adminApi("/v1/admin/quarantine?limit=50" +
+                                    (reason ? "&reason=" + enc(reason) : ""));
         // `board`: a direct score's board (a match event's row has none: "—").
         const head = h("tr", {}, ["", "id", "reason", "board", "player", "match", "points",
                                   "released", "detail"].map((t) => h("th", {}, t)));
@@ -708,9 +744,8 @@
         return;
       }
       try {
-        const answer = await api("/v1/admin/quarantine/release", {
-          method: "POST", headers: Object.assign({ "Content-Type": "application/json" }, admin()),
-          body: JSON.stringify({ ids }) });
+        const answer = await adminApi("/v1/admin/quarantine/release", {
+          method: "POST", body: JSON.stringify({ ids }) });
         await list();
         result.className = "up";
         result.textContent = `released ${num(answer.released)}: ` + answer.results.map((r) =>

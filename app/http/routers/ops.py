@@ -1,4 +1,5 @@
-"""Operations: health for load balancers and orchestrators, metrics for Prometheus."""
+"""Operations: health for load balancers and orchestrators, metrics for Prometheus, and the
+console's operations summary for the admin key."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.console.ops import QuarantineTally, ops_status
 from app.http.errors import documented
+from app.http.routers.admin import AdminDep
 from app.http.service import ServiceDep
 from leaderboard.manifest import ManifestError, read_current
 from leaderboard.speed_keys import StateLost, read_live_version
@@ -18,6 +21,8 @@ from leaderboard.timeutil import format_instant
 __all__ = ["router"]
 
 router = APIRouter(tags=["operations"])
+#: The quarantine's counts by file, memoised across the summary's polls.
+_tally = QuarantineTally()
 
 
 @router.get("/healthz", summary="Redis answers and a version is readable",
@@ -67,3 +72,13 @@ def healthz(service: ServiceDep) -> Response:
                              "content": {"text/plain": {"schema": {"type": "string"}}}}})
 def metrics(service: ServiceDep) -> Response:
     return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/console/api/ops", include_in_schema=False)
+def console_ops(service: AdminDep) -> JSONResponse:
+    """The console's operations summary (batch run, speed status, quarantine by reason) as
+    JSON, for the admin key only (401 without it, 403 with another): it names writers,
+    versions and what was refused, which is not for the public the boards are for."""
+    status = ops_status(service.settings.lake_dir, service.speed, service.settings.now(),
+                        _tally)
+    return JSONResponse(status.as_dict(), headers={"Cache-Control": "no-store"})

@@ -104,6 +104,18 @@ def _post(server, player: str, points: int, match: str) -> dict:
     return answer.json()
 
 
+def _unlock(driver, key: str) -> None:
+    """Answer the operations page's question for the admin key."""
+    from selenium.webdriver.common.by import By
+
+    _wait(driver, lambda d: d.find_element(By.ID, "ops-gate").is_displayed(), 10,
+          "the page asking for the admin key")
+    field = driver.find_element(By.ID, "ops-key")
+    field.clear()
+    field.send_keys(key)
+    driver.find_element(By.CSS_SELECTOR, "#ops-unlock button[type='submit']").click()
+
+
 def _severe(driver, *, expected: str | None = None) -> list[str]:
     """Script errors and failed requests the page logged (but the one `expected`)."""
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"
@@ -184,6 +196,51 @@ def test_board_page_shows_the_mover_and_pages(server, browser, capsys):
           "the API's message about the unknown window on the page")
 
 
+def test_ops_asks_for_the_admin_key_once(server, browser, capsys):
+    """The operations summary is the admin key's: its JSON refuses a request without it
+    (401) or with another (403); the page asks for the key, shows nothing of the summary
+    before, asks again after a wrong one, shows the summary with the right one and keeps
+    it for the tab (a reload does not ask again). The boards stay public: their page and
+    JSON answer without any key."""
+    from selenium.webdriver.common.by import By
+
+    base = server.base
+    refused = httpx.get(f"{base}/console/api/ops")
+    assert refused.status_code == 401
+    assert refused.json()["error"] == "unauthenticated"
+    wrong = httpx.get(f"{base}/console/api/ops", headers={"X-Admin-Key": server.keys.key})
+    assert (wrong.status_code, wrong.json()["error"]) == (403, "forbidden")
+    browser.get(f"{base}/console/ops")
+    _wait(browser, lambda d: d.find_element(By.ID, "ops-gate").is_displayed(), 10,
+          "the page asking for the admin key")
+    assert "needs the admin key" in _text(browser, "#ops-gate-note")
+    assert _text(browser, "#ops-batch") == ""
+    assert _text(browser, "#ops-quarantine") == ""
+    _shot(browser, "ops-key-asked", capsys)
+    _unlock(browser, "not-the-admin-key-0123")
+    _wait(browser, lambda d: "wrong admin key" in _text(d, "#ops-gate-note"), 10,
+          "the refusal, and the question again")
+    assert _text(browser, "#ops-batch") == ""
+    _unlock(browser, server.keys.admin)
+    _wait(browser, lambda d: "2026-11-30" in _text(d, "#ops-batch"), 10, "the batch as_of")
+    assert not browser.find_element(By.ID, "ops-gate").is_displayed()
+    assert "points_out_of_bounds" in _text(browser, "#ops-quarantine")
+    assert browser.execute_script(
+        "return sessionStorage.getItem('leaderboard-admin-key')") == server.keys.admin
+    browser.refresh()
+    _wait(browser, lambda d: "2026-11-30" in _text(d, "#ops-batch"), 10,
+          "the summary after a reload, without asking")
+    assert not browser.find_element(By.ID, "ops-gate").is_displayed()
+    # A new tab's session has no key; the boards need none.
+    browser.execute_script("sessionStorage.clear()")
+    assert httpx.get(f"{base}/v1/boards/global/top", params={"n": 3}).status_code == 200
+    browser.get(f"{base}/console/boards/global")
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#top-rows tr"), 10,
+          "the board's rows, without a key")
+    assert _severe(browser, expected="/console/api/ops - Failed to load resource: the server "
+                                     "responded with a status of 403") == []
+
+
 def test_distribution_ops_and_a_ban(server, browser, capsys):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -197,12 +254,14 @@ def test_distribution_ops_and_a_ban(server, browser, capsys):
     _shot(browser, "distribution", capsys)
 
     browser.get(f"{server.base}/console/ops")
+    _unlock(browser, server.keys.admin)
     _wait(browser, lambda d: "2026-11-30" in _text(d, "#ops-batch"), 10, "the batch as_of")
     _wait(browser, lambda d: "unknown_region" in _text(d, "#ops-quarantine")
           and "points_out_of_bounds" in _text(d, "#ops-quarantine"), 10, "quarantine reasons")
     assert _text(browser, "#ops-health-status") == "ok"
     top = httpx.get(f"{server.base}/v1/boards/global/top", params={"n": 1}).json()
     leader = top["entries"][0]["player_id"]
+    browser.find_element(By.ID, "admin-key").clear()
     browser.find_element(By.ID, "admin-key").send_keys("wrong-key-0123456789")
     browser.find_element(By.ID, "admin-player").send_keys(leader)
     browser.find_element(By.CSS_SELECTOR, "button[data-action='bans']").click()
@@ -257,8 +316,9 @@ def test_void_and_erase_ask_to_confirm_first(server, browser, capsys):
 
     base = server.base
     browser.get(f"{base}/console/ops")
+    _unlock(browser, server.keys.admin)
     _wait(browser, lambda d: "2026-11-30" in _text(d, "#ops-batch"), 10, "the batch as_of")
-    browser.find_element(By.ID, "admin-key").send_keys(server.keys.admin)
+    assert browser.find_element(By.ID, "admin-key").get_attribute("value") == server.keys.admin
     # Void: armed, cancelled (nothing sent), armed again and confirmed.
     browser.find_element(By.ID, "void-match").send_keys("m5-0")
     browser.find_element(By.ID, "void-reason").send_keys("exploit")

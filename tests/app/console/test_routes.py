@@ -82,8 +82,8 @@ def test_console_routes_stay_out_of_the_api_schema(console):
     assert not [p for p in paths if p == "/" or p.startswith("/console")]
 
 
-def test_ops_json_reports_batch_speed_and_quarantine(console):
-    ops = console.get("/console/api/ops")
+def test_ops_json_reports_batch_speed_and_quarantine(console, console_keys):
+    ops = console.get("/console/api/ops", headers={"X-Admin-Key": console_keys.admin})
     assert ops.status_code == 200
     body = ops.json()
     assert body["batch"]["as_of"] == "2026-11-30"
@@ -93,6 +93,25 @@ def test_ops_json_reports_batch_speed_and_quarantine(console):
     assert body["quarantine"]["rows"] == 10
     assert {r["reason"] for r in body["quarantine"]["reasons"]} == {
         "unknown_region", "points_out_of_bounds"}
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    ({}, 401), ({"X-Admin-Key": "not-the-admin-key-0123"}, 403),
+    ({"X-Admin-Key": "console-test-key-0123456789"}, 403),  # a game server's key
+    ({"Authorization": "Bearer console-admin-key-0123456789"}, 200),
+])
+def test_ops_json_is_for_the_admin_key_only(console, headers, status):
+    """The operations summary names writers, versions and quarantine counts: without the
+    admin key it is a JSON 401/403 that says what to send, and none of it is in the
+    answer; the boards' reads stay public."""
+    ops = console.get("/console/api/ops", headers=headers)
+    assert ops.status_code == status, ops.text
+    if status != 200:
+        assert set(ops.json()) == {"error", "message"}
+        assert "admin key" in ops.json()["message"]
+        assert "quarantine" not in ops.text
+    assert console.get("/v1/boards/global/top?n=3").status_code == 200
+    assert console.get("/console/boards/global").status_code == 200
 
 
 @pytest.mark.parametrize("path", ["/", "/console/boards/global", "/console/players",
