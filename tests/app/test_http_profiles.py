@@ -13,6 +13,7 @@ import pytest
 from signing import signed_headers
 
 from app.http import ApiKeys, HttpConfig, create_app
+from app.http.replay import request_key
 from leaderboard.lake import LandingWriter
 from leaderboard.profiles import history_of
 from leaderboard.schema import TIMESTAMP
@@ -150,6 +151,24 @@ def test_a_signed_put_refused_for_a_bad_field_may_be_sent_again(http, redis_clie
     keys = [k.decode() for k in redis_client.scan_iter("lb:request:*")]
     assert len(keys) == 1
     assert "ann" not in keys[0]
+
+
+def test_a_repeat_while_the_first_is_being_applied_is_a_409(http, redis_client):
+    """While another worker applies a request (its id claimed, not yet done), the same
+    request is answered 409 in_flight_elsewhere with Retry-After and saves nothing; once
+    the claim lapses (that worker died), the request is applied."""
+    body = json.dumps({"display_name": "Ann"}).encode()
+    headers = _signed_put("ann", body)
+    claim = request_key("na-1", "sig:" + headers["X-Signature"].removeprefix("sha256="))
+    redis_client.set(claim, b"pending", ex=30)
+    busy = http.put("/v1/players/ann/profile", content=body, headers=headers)
+    assert busy.status_code == 409, busy.text
+    assert busy.json()["error"] == "in_flight_elsewhere"
+    assert busy.headers["retry-after"] == "1"
+    assert not history_of(http.lake, "ann")
+    redis_client.delete(claim)  # the claim's 30 s ran out
+    assert http.put("/v1/players/ann/profile", content=body,
+                    headers=headers).status_code == 200
 
 
 def test_an_api_key_write_with_a_request_id_is_applied_once(http):
