@@ -804,8 +804,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                   "POST /v1/events answers 403 to everyone")
     err.print(serve_banner(f"http://{args.host}:{args.port}", settings, redis_url,
                            args.workers, local_redis=settings.redis_url is None))
+    from app.http.transport import JSON_HTTP
+
+    # JSON_HTTP: uvicorn's own 400s (a request that is not valid HTTP) in the API's shape.
     uvicorn.run("app.http:create_app_from_env", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level)
+                workers=args.workers, log_level=args.log_level, http=JSON_HTTP)
     return 0
 
 

@@ -1,7 +1,8 @@
 """The HTTP API for the game: ingest match results, read merged leaderboards, operate.
 
 Usage: leaderboard serve [--host 127.0.0.1] [--port 8000] [--workers N]
-       (or any ASGI server: `uvicorn --factory app.http:create_app_from_env`)
+       (or any ASGI server: `uvicorn --factory app.http:create_app_from_env
+       --http app.http.transport:JsonHttpToolsProtocol`, whose parser's 400s are then JSON)
 
 The composition root, and nothing else: `create_app` builds the app's `Service`
 (`app.http.service`), installs the error mapping (`errors`) and the latency middleware
@@ -62,7 +63,14 @@ def create_app(settings: Settings, config: HttpConfig | None = None, *,
     app = FastAPIOffline(
         title="leaderboard", version="1.0",
         description="Merged (batch + speed) leaderboards: ingest match results, read ranks, "
-                    "top N, neighbours, friends, percentiles and history.",
+                    "top N, neighbours, friends, percentiles and history.\n\n"
+                    "Every answer other than 2xx is JSON `{\"error\": code, \"message\": "
+                    "text}`. Besides each operation's documented statuses, any request may "
+                    "get two answers no route gives: 400 `bad_http_request` when it is not "
+                    "valid HTTP/1.1 (a request line over 64 KiB, both Content-Length and "
+                    "Transfer-Encoding, a malformed header; `leaderboard serve` answers it "
+                    "before any route, and closes the connection), and 500 `internal_error` "
+                    "for a bug.",
         lifespan=lifespan)
     app.state.service = service
     install_error_handlers(app)

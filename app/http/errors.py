@@ -179,6 +179,13 @@ def install_error_handlers(app: FastAPI) -> None:
             headers["Allow"] = _allowed(request)
         return error_response(exc.status_code, code, message, headers)
 
+    async def internal(request: Request, exc: Exception) -> Response:
+        # A bug: Starlette logs the traceback after this answer; the client gets the shape.
+        return error_response(500, "internal_error", "the server failed on this request (a "
+                              "bug, logged with its traceback); retry later, and report it "
+                              "if it persists")
+
+    app.add_exception_handler(Exception, internal)
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)

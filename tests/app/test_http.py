@@ -3,11 +3,13 @@ every read route, bounds, admin bans, health and metrics, and `leaderboard serve
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +30,7 @@ from serve import serving
 from signing import signed_headers
 
 from app.http import ApiKeys, HttpConfig, create_app
+from app.http.transport import BAD_HTTP_REQUEST
 from jobs.batch import run_batch
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.redis_server import free_port
@@ -949,6 +952,114 @@ def test_config_errors_name_the_setting(tmp_path):
 
 # -- the real server ----------------------------------------------------------------------------
 
+#: Requests that are not valid HTTP/1.1, which uvicorn's parser answers itself.
+_NOT_HTTP = {
+    "request line over 64 KiB": (b"GET /v1/boards?" + b"a" * 70_000
+                                 + b" HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "Content-Length and Transfer-Encoding": (
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+    "not HTTP": b"GARBAGE\r\n\r\n",
+    "a space in a header name": b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n",
+    "Content-Length not a number": b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+}
+
+
+def _split_answer(raw: bytes) -> tuple[int, bytes]:
+    """(status, body) of a JSON answer on the wire, its content type checked."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = dict(line.split(b": ", 1) for line in lines[1:])
+    assert headers[b"content-type"] == b"application/json", raw[:500]
+    assert int(headers[b"content-length"]) == len(body), raw[:500]
+    return int(lines[0].split()[1]), body
+
+
+def _raw_answer(port: int, raw: bytes) -> tuple[int, bytes]:
+    """Send bytes on a new connection; (status, body) of the answer, read until the server
+    closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return _split_answer(answer)
+
+
+class _Transport(asyncio.Transport):
+    """The socket under a protocol: what it is written, whether it was closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = False
+
+    def write(self, data) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(
+            name, default)
+
+
+#: What h11 passes to the app as a request (it answers in JSON itself): a long request line
+#: that arrives whole, Transfer-Encoding winning over Content-Length.
+_H11_PASSES = {"request line over 64 KiB", "Content-Length and Transfer-Encoding"}
+
+
+@pytest.mark.parametrize(("protocol", "raw"), [
+    pytest.param(protocol, raw, id=f"{protocol}-{name}")
+    for protocol in ("JsonHttpToolsProtocol", "JsonH11Protocol")
+    for name, raw in _NOT_HTTP.items()
+    if not (protocol == "JsonH11Protocol" and name in _H11_PASSES)])
+def test_a_request_that_is_not_http_is_answered_in_json(protocol, raw):
+    """Each HTTP implementation `leaderboard serve` may run (httptools when installed, else
+    h11) answers what its parser refuses with the API's JSON error shape, and closes."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from app.http import transport
+
+    async def app(scope, receive, send):  # never called: the parser refuses first
+        raise AssertionError(scope)
+
+    loop = asyncio.new_event_loop()
+    try:
+        cls = getattr(transport, protocol)
+        config = uvicorn.Config(app, http=cls, log_level="critical")
+        config.load()
+        server = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        wire = _Transport()
+        server.connection_made(wire)
+        server.data_received(raw)
+    finally:
+        loop.close()
+    assert _split_answer(wire.written) == (400, transport.BAD_HTTP_REQUEST)
+    assert wire.closed
+    assert json.loads(transport.BAD_HTTP_REQUEST)["error"] == "bad_http_request"
+
+
+def test_an_unforeseen_failure_is_a_json_500(world, monkeypatch):
+    """A route that fails by a bug (fault injected: the boards listing raises) answers the
+    error shape, 500 `internal_error`, not uvicorn's text."""
+    def broken() -> list:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(world.app.state.service.boards, "boards", broken)
+    with TestClient(world.app, raise_server_exceptions=False) as client:
+        answer = client.get("/v1/boards")
+    assert answer.status_code == 500
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json()["error"] == "internal_error"
+    assert "injected" not in answer.text
+
+
 def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
     data = tmp_path / "data"
     settings = _restore(published, redis_client, data)
@@ -971,6 +1082,9 @@ def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
             assert surrogate.status_code == 422, surrogate.text
             posted = http.post("/v1/events", json={"events": [EVENT]})
             assert posted.status_code == 200, posted.text
+        # What uvicorn's parser refuses before the app sees it: the JSON error shape too.
+        for raw in _NOT_HTTP.values():
+            assert _raw_answer(int(base.rsplit(":", 1)[1]), raw) == (400, BAD_HTTP_REQUEST)
     assert [r["server_id"] for r in _lake_rows(settings.lake_dir) if r["match_id"] == "h1"] == [
         "eu-1"]
 
