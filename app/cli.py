@@ -564,11 +564,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
         settings.data_dir / "reports" / f"{board.name.replace(':', '_')}-"
         f"{window.id.replace(':', '_')}-{as_of or 'current'}.png")
     try:
-        path = score_distribution_png(settings.lake_dir, board.name, window.id, as_of, target)
+        chart = score_distribution_png(settings.lake_dir, board, window.id, as_of, target)
     except ReportError as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 1
-    out.print(f"wrote {path}")
+    scale = "log score axis (heavy tail)" if chart.log_scale else "linear score axis"
+    out.print(f"wrote {chart.path}: {chart.players:,} players, {scale}")
+    for mark in chart.marks:
+        out.print(f"  {mark}")
     return 0
 
 

@@ -29,14 +29,15 @@ mix, never a key nobody held at some point of the read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import numpy as np
 import numpy.typing as npt
 
+from leaderboard.percentile import position_for
 from serving.merge import MergedBoard, registered_script
 
-__all__ = ["COUNT_SCRIPT", "FANOUT", "GAP_SCRIPT", "keys_at", "position_for", "top_percent"]
+__all__ = ["COUNT_SCRIPT", "FANOUT", "GAP_SCRIPT", "keys_at"]
 
 #: Probes per target per round trip: the search window shrinks FANOUT + 1 times a round.
 FANOUT = 8
@@ -68,25 +69,6 @@ for i = 1, #ARGV, 3 do
 end
 return out
 """
-
-def top_percent(value: float | str) -> Decimal:
-    """A top-x% as an exact decimal in (0, 100] (so 0.1 % of 1000 players is 1, not 2)."""
-    try:
-        exact = Decimal(str(value))
-    except InvalidOperation:
-        raise ValueError(f"top percent {value!r} is not a number; give one in (0, 100]"
-                         ) from None
-    if not exact.is_finite() or not 0 < exact <= 100:
-        raise ValueError(f"top percent {value} is outside (0, 100]; e.g. 1 for the top 1%")
-    return exact
-
-
-def position_for(percent: Decimal, total: int) -> int:
-    """ceil(percent / 100 * total): the position whose score makes the top `percent`."""
-    scaled = percent * total / 100
-    whole = int(scaled)
-    return whole + (1 if scaled > whole else 0)
-
 
 def keys_at(board: MergedBoard, positions: Sequence[int | Decimal]
             ) -> tuple[int, list[int | None]]:

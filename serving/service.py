@@ -23,13 +23,14 @@ import redis
 from leaderboard.batch_view import BatchView
 from leaderboard.calendar import Window
 from leaderboard.manifest import list_versions, read_current, read_version, watermark_for
+from leaderboard.percentile import position_for, top_percent
 from leaderboard.registry import Board, Registry
 from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion, read_live_version
 from leaderboard.timeutil import format_instant
 from serving.base import load_base
 from serving.basecache import DEFAULT_BASE_CACHE_BYTES, BaseCache
 from serving.merge import MergedBoard
-from serving.percentiles import keys_at, position_for, top_percent
+from serving.percentiles import keys_at
 from serving.profiles import ProfileCache
 
 __all__ = ["MAX_AROUND_K", "MAX_CURSOR_OFFSET", "MAX_FRIENDS", "MAX_TOP_N", "UNRANKED",

@@ -102,19 +102,19 @@ def test_opens_read_only_from_another_process(published_lake):
 
 
 def test_report_draws_a_png(published_lake, tmp_path):
-    out = score_distribution_png(published_lake / "lake", "global", "all-time",
-                                 date(2026, 11, 30), tmp_path / "chart.png")
+    out = score_distribution_png(published_lake / "lake", load_registry().board("global"),
+                                 "all-time", date(2026, 11, 30), tmp_path / "chart.png").path
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 5000
 
 
 def test_report_explains_a_missing_version_or_window(published_lake, tmp_path):
     with pytest.raises(ReportError, match="no batch version as of 2020-01-01"):
-        score_distribution_png(published_lake / "lake", "global", "all-time",
-                               date(2020, 1, 1), tmp_path / "x.png")
+        score_distribution_png(published_lake / "lake", load_registry().board("global"),
+                               "all-time", date(2020, 1, 1), tmp_path / "x.png")
     with pytest.raises(ReportError, match="has no global daily:2020-01-01"):
-        score_distribution_png(published_lake / "lake", "global", "daily:2020-01-01",
-                               date(2026, 11, 30), tmp_path / "x.png")
+        score_distribution_png(published_lake / "lake", load_registry().board("global"),
+                               "daily:2020-01-01", date(2026, 11, 30), tmp_path / "x.png")
     assert not Path(tmp_path / "x.png").exists()
 
 

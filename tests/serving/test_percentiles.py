@@ -26,13 +26,14 @@ from strategies import percentile_boards
 
 from jobs.batch import run_batch
 from leaderboard.manifest import read_current
+from leaderboard.percentile import position_for, top_percent
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
 from leaderboard.sortkey import encode
 from leaderboard.speed_keys import BoardWindowKeys
 from serving.base import BaseBoard
 from serving.merge import MergedBoard
-from serving.percentiles import FANOUT, keys_at, position_for, top_percent
+from serving.percentiles import FANOUT, keys_at
 from serving.service import Leaderboards, QueryError
 from speed_layer.service import SpeedLayer
 
