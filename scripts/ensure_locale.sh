@@ -14,7 +14,8 @@ set -euo pipefail
 locale_name="en_US.UTF-8"
 
 installed() {
-    locale -a 2>/dev/null | grep -qix 'en_US\.utf-\?8'
+    # grep reads the whole list (no -q): under pipefail, an early exit could SIGPIPE locale.
+    locale -a 2>/dev/null | grep -ix 'en_US\.utf-\?8' >/dev/null
 }
 
 if installed; then
