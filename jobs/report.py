@@ -68,7 +68,9 @@ def score_distribution_png(lake: Path, board: Board, window_id: str, as_of: date
     if len(ordered):
         scores = ordered.tolist()
         cutoffs = scores_at(scores, [Decimal(top) for top, _ in MARKS])
-        log_scale = heavy_tail(min(scores), max(scores), scores_at(scores, [Decimal(50)])[0])
+        # The console's inputs: the cut-offs of the top 1%, 2%, ..., 100%.
+        every = scores_at(scores, [Decimal(top) for top in range(1, 101)])
+        log_scale = heavy_tail(min(every), max(every), median=every[49])
         if log_scale:
             _log_histogram(axis, ordered)
         else:
@@ -113,18 +115,33 @@ def _batch_histogram(axis: Any, view: BatchView, board: str, window_id: str) -> 
 
 
 def _log_histogram(axis: Any, scores: npt.NDArray[np.int64]) -> None:
-    """Buckets of equal width in log(score + 1) (no score is negative here), drawn on a
-    symmetric-log axis (logarithmic past 1) and a log count axis: a tail of a few players
-    orders of magnitude past the median stays visible next to the crowd."""
-    from matplotlib.ticker import FuncFormatter
+    """Buckets of equal width in log(score + 1) (no score is negative here, and scores are
+    whole: edges are too), drawn on a log(score + 1) axis, the console's, and a log count
+    axis: a tail of a few players orders of magnitude past the median stays visible next to
+    the crowd."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
 
-    edges = np.unique(np.round(np.geomspace(scores.min() + 1, scores.max() + 2,
-                                            _LOG_BUCKETS + 1)) - 1)
+    lo, hi = int(scores.min()), int(scores.max())
+    edges = np.unique(np.round(np.geomspace(lo + 1, hi + 2, _LOG_BUCKETS + 1)) - 1)
     counts, edges = np.histogram(scores, bins=edges)
     axis.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="#3b7dd8",
              edgecolor="white", linewidth=0.5)
-    axis.set_xscale("symlog", linthresh=1)
+    axis.set_xscale("function", functions=(_log1p10, _expm1_10))
+    axis.set_xlim(edges[0], edges[-1])
+    axis.xaxis.set_major_locator(FixedLocator(
+        [lo, *(10**k for k in range(1, len(str(hi))) if lo < 10**k < hi), hi]))
     axis.set_yscale("log")
     plain = FuncFormatter(lambda value, _: f"{value:,.0f}")
     axis.xaxis.set_major_formatter(plain)
     axis.yaxis.set_major_formatter(plain)
+
+
+def _log1p10(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """log10(score + 1), the score axis of a heavy tail (0 where a margin falls below 0)."""
+    axis: npt.NDArray[np.float64] = np.log10(np.maximum(values, 0) + 1)
+    return axis
+
+
+def _expm1_10(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    scores: npt.NDArray[np.float64] = np.power(10.0, values) - 1
+    return scores

@@ -41,8 +41,9 @@ def scores_at(ordered: Sequence[int], percents: Sequence[Decimal]) -> list[int]:
 
 
 def heavy_tail(lo: float, hi: float, median: float) -> bool:
-    """Whether a score axis is drawn logarithmic (of score + 1): no score is negative and
-    the top score is 10x the median or more (then a linear axis puts nearly every player in
-    its first few pixels). The console's charts apply the same rule
+    """Whether a score axis is drawn logarithmic (of score + 1), given the least and the
+    greatest of the top 1%, 2%, ..., 100% scores and the top 50% one: when none is negative
+    and the greatest is 10x the median or more (a linear axis then puts nearly every player
+    in its first few pixels). The console's charts apply the same rule to the same scores
     (app/console/static/console.js)."""
     return lo >= 0 and hi >= 10 * max(1, median)
