@@ -215,7 +215,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 # -- batch ----------------------------------------------------------------------------------
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from jobs.batch import FullAfterRetention, run_batch
+    from jobs.batch import FullAfterRetention, OpenNightRefused, run_batch
     from jobs.publish import RewindRefused
     from jobs.warehouse import refresh_warehouse
 
@@ -229,8 +229,9 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
         try:
             result = run_batch(settings, as_of, full=args.full, step=step,
-                               allow_rewind=args.allow_rewind)
-        except (RewindRefused, FullAfterRetention) as exc:
+                               allow_rewind=args.allow_rewind, now=settings.now(),
+                               allow_open_day=args.allow_open_day)
+        except (RewindRefused, FullAfterRetention, OpenNightRefused) as exc:
             raise UsageError(str(exc)) from None
         status.update("refreshing the analysts' warehouse")
         warehouse = refresh_warehouse(settings.data_dir, settings.registry)
@@ -915,6 +916,9 @@ def _parser() -> argparse.ArgumentParser:
     bat.add_argument("--allow-rewind", action="store_true",
                      help="publish even if the live version is of a later night (moves "
                           "manifests/current.json back in time)")
+    bat.add_argument("--allow-open-day", action="store_true",
+                     help="allow --as-of today, a night that has not ended: the version absorbs "
+                          "what landed before the batch read the lake; later events stay live")
     bat.add_argument("--json", action="store_true")
 
     sql = add("sql", _cmd_sql, "Read-only SQL on the analysts' warehouse, printed as tables "

@@ -238,12 +238,11 @@ def _land_season(spec: GenerateSpec, registry: Registry, lake: Path, console: Co
 
 def _publish_base(data: Path, as_of: date, console: Console) -> SpeedVersion:
     from jobs.batch import run_batch
-    from leaderboard.manifest import watermark_for
     from leaderboard.settings import Settings
 
     with console.status(f"batch: publishing a base version as of {as_of}"):
         manifest = run_batch(Settings.from_env({"LEADERBOARD_DATA": str(data)}), as_of).manifest
-    return SpeedVersion(manifest.version, watermark_for(manifest.as_of_date))
+    return SpeedVersion(manifest.version, manifest.watermark_at)
 
 
 def fold_rate(client: redis.Redis, control: redis.Redis, registry: Registry, data: Path,

@@ -191,7 +191,8 @@ def nightly_standings() -> None:
         with faults.injected(drill, faults.fail) if drill else nullcontext():
             result = run_batch(settings, day, engine=engine, full=bool(params["full"]),
                                step=lambda message: log.info("%s", message), publish=False,
-                               spark_master=master if engine == "spark" else None)
+                               spark_master=master if engine == "spark" else None,
+                               now=settings.now())
         return {"version": result.manifest.version, "as_of": as_of, "mode": result.mode,
                 "engine": result.manifest.engine, "new_events": result.events,
                 "spark_master": master if engine == "spark" else None}

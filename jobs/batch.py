@@ -70,10 +70,11 @@ from leaderboard.retained import redoable
 from leaderboard.settings import Settings
 from leaderboard.sortkey import SortKeyOverflow
 from leaderboard.timeutil import format_instant
+from leaderboard.visibility import unread_before
 from leaderboard.voids import voids_before, voids_digest
 
-__all__ = ["BatchResult", "Engine", "FullAfterRetention", "main", "open_engine", "plan_windows",
-           "run_batch"]
+__all__ = ["BatchResult", "Engine", "FullAfterRetention", "OpenNightRefused", "main",
+           "open_engine", "plan_windows", "run_batch"]
 
 Step = Callable[[str], None]
 
@@ -397,6 +398,8 @@ def run_batch(
     publish: bool = True,
     allow_rewind: bool = False,
     spark_master: str | None = None,
+    now: datetime | None = None,
+    allow_open_day: bool = False,
 ) -> BatchResult:
     """Compute, check and publish version as_of. Safe to rerun: same inputs, same standings.
 
@@ -408,6 +411,10 @@ def run_batch(
     validates it, then publishes it in a task of its own). Publishing a night older than the
     live version's is refused (RewindRefused, before any work) unless `allow_rewind`.
     `spark_master`: the master for the Spark engine (default: SPARK_MASTER, else local).
+    `now`: the clock the night is checked against (the entry points pass Settings.now();
+    None: no check). A night that has not ended is refused (OpenNightRefused, before any
+    work) unless `allow_open_day`, and then only today's: the version's watermark is `now`,
+    the instant it reads the lake, not the night's end (`OpenNightRefused.cut`).
     """
     say = step or (lambda _message: None)
     lake = settings.lake_dir
@@ -421,8 +428,9 @@ def run_batch(
                     "stopped erasures rewrote")
     if publish and not allow_rewind:
         RewindRefused.check(lake, as_of)
+    cut = None if now is None else OpenNightRefused.cut(as_of, now, allow_open_day)
     registry = settings.registry
-    plan = _plan(lake, registry, as_of, full=full, say=say)
+    plan = _plan(lake, registry, as_of, full=full, say=say, cut=cut)
     if publish and plan.mode == "full":
         FullAfterRetention.check(lake, as_of)
     # Running from before the first file to after the manifest: a sweep never takes this
@@ -518,10 +526,12 @@ class _Ranked:
     standings: pa.Table  # STANDINGS_INDEX_SCHEMA: kept windows and fresh ones
 
 
-def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step) -> _Plan:
-    """Full or incremental, on which files, with which calendar and bans."""
+def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step,
+          cut: datetime | None = None) -> _Plan:
+    """Full or incremental, on which files, with which calendar and bans. `cut`: the
+    watermark of a version of today (the instant it reads the lake; None: the night's end)."""
     started = datetime.now(UTC)
-    watermark = watermark_for(as_of)
+    watermark = watermark_for(as_of) if cut is None else min(cut, watermark_for(as_of))
     run = f"{as_of.isoformat()}.{started.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}"
     files = [f for f in landed_files(lake) if f.ingest_date <= as_of]
     previous = None if full else _previous(lake, as_of, registry)
@@ -530,12 +540,12 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step)
     if previous is not None:
         # A compacted file counts as absorbed when every file it replaced was.
         absorbed = absorbed_with_compactions(lake, previous.inputs.get("files", {}))
-        late_landed = [f for f in files if f.ingest_date <= previous.as_of_date
-                       and str(f.path.relative_to(lake)) not in absorbed]
+        late_landed = unread_before(lake, previous, files, absorbed=absorbed)
         mode = "incremental" if not late_landed else "full"
         if late_landed:
-            say(f"{len(late_landed)} file(s) landed into partitions the previous version had "
-                "already closed (landed with a clock in the past): recomputing in full")
+            say(f"{len(late_landed)} file(s) hold events from before the previous version's "
+                "watermark that it did not read (landed with a clock in the past, or still "
+                "landing when an open day's batch read the lake): recomputing in full")
     voids = voids_before(lake, watermark)
     revoid = None
     if mode == "incremental" and previous is not None and (
@@ -597,6 +607,34 @@ class FullAfterRetention(PublishError):
                 "incremental run on the live version)")
 
 
+class OpenNightRefused(PublishError):
+    """A batch of a night that has not ended: its version would absorb part of the day.
+
+    Refused before any work unless the operator allows today's open day; its watermark is
+    then the instant the run reads the lake, so what lands later stays on the live boards
+    (the speed layer folds everything at or after a version's watermark)."""
+
+    @classmethod
+    def cut(cls, as_of: date, now: datetime, allow_open_day: bool) -> datetime | None:
+        """The watermark of a version of `as_of` read at `now`: None for an ended night
+        (the night's end, watermark_for), `now` for today's with `allow_open_day`."""
+        end = watermark_for(as_of)
+        if end <= now:
+            return None
+        last = (now - timedelta(days=1)).date()
+        if as_of > now.date():
+            raise cls(f"the night of {as_of} has not begun (it is {format_instant(now)}); the "
+                      f"last night that may run is {last}: run `leaderboard batch --as-of "
+                      f"{last}` (the default)")
+        if not allow_open_day:
+            raise cls(f"the night of {as_of} has not ended (it ends at {format_instant(end)};"
+                      f" it is {format_instant(now)}): a version of it would absorb only part "
+                      f"of the day. The last night that may run is {last} (`leaderboard batch"
+                      f" --as-of {last}`, the default); to publish today's events so far "
+                      "anyway, add --allow-open-day (what lands later stays live)")
+        return now
+
+
 def _retention_ran(lake: Path) -> bool:
     """Whether retention deleted raw events (its ledger, `jobs.retention.LEDGER`)."""
     return deleted_through(lake) is not None
@@ -613,9 +651,10 @@ def _roll_up(eng: Engine, lake: Path, plan: _Plan, say: Step) -> _Rolled:
         checkpoint("batch.rollups")
         return _Rolled(_write_rollups(lake, delta, plan.run), _rollup_dates(delta), counted,
                        delta)
-    # New partitions: a file's rows are all stamped on its partition's day (a backfill
-    # too), so older partitions hold nothing at or after the old watermark.
-    new_files = [str(f.path) for f in plan.files if f.ingest_date > base.as_of_date]
+    # A file's rows are all stamped on its partition's day (a backfill too), so partitions
+    # before the old watermark's day hold nothing at or after it (an open day's base: its
+    # day's files are read again, their rows past its watermark counted).
+    new_files = [str(f.path) for f in plan.files if f.ingest_date >= base.watermark_at.date()]
     absorbed_files = [str(lake / p) for p in plan.absorbed]
     delta, counted = eng.rollup_events(
         new_files, watermark=plan.watermark, since=base.watermark_at, absorbed=absorbed_files,
@@ -961,12 +1000,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="board registry (env LEADERBOARD_CONFIG)")
     parser.add_argument("--allow-rewind", action="store_true",
                         help="publish even if the live version is of a later night")
+    parser.add_argument("--allow-open-day", action="store_true",
+                        help="allow --as-of today, a night not ended: the version's watermark "
+                             "is the instant the batch reads the lake")
     args = parser.parse_args(argv)
     settings = Settings.from_env(data_dir=args.data, config=args.config, engine=args.engine)
     bind_registry(settings.lake_dir, settings.registry)
-    result = run_batch(settings, date.fromisoformat(args.as_of), full=args.full,
-                       step=lambda message: print(message, file=sys.stderr),
-                       allow_rewind=args.allow_rewind)
+    try:
+        result = run_batch(settings, date.fromisoformat(args.as_of), full=args.full,
+                           step=lambda message: print(message, file=sys.stderr),
+                           allow_rewind=args.allow_rewind, now=settings.now(),
+                           allow_open_day=args.allow_open_day)
+    except (RewindRefused, FullAfterRetention, OpenNightRefused) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(result.manifest.version)
     return 0
 

@@ -25,7 +25,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from leaderboard.lake import landed_files
-from leaderboard.manifest import read_current, watermark_for
+from leaderboard.manifest import read_current
 from leaderboard.settings import Settings
 
 __all__ = [
@@ -134,7 +134,7 @@ def read_live_version(client: redis.Redis, lake: Path, *, margin: timedelta = ti
         raise StateLost("the speed state predates its epoch record (written by an older "
                         "release)")
     manifest = read_current(lake)
-    watermark = None if manifest is None else watermark_for(manifest.as_of_date)
+    watermark = None if manifest is None else manifest.watermark_at
     if state_needed(lake, watermark, margin=margin):
         raise StateLost("the speed state is missing from Redis (its version pointer is gone) "
                         "while the lake holds events since the watermark" + (

@@ -22,7 +22,7 @@ import redis
 
 from leaderboard.batch_view import BatchView
 from leaderboard.calendar import Window
-from leaderboard.manifest import list_versions, read_current, read_version, watermark_for
+from leaderboard.manifest import list_versions, read_current, read_version
 from leaderboard.percentile import position_for, top_percent
 from leaderboard.registry import Board, Registry
 from leaderboard.speed_keys import BoardWindowKeys, SpeedVersion, read_live_version
@@ -98,8 +98,7 @@ class Leaderboards:
         if pointer is None:
             manifest = read_current(self.lake)
             pointer = SpeedVersion(None if manifest is None else manifest.version,
-                                   None if manifest is None else watermark_for(
-                                       manifest.as_of_date))
+                                   None if manifest is None else manifest.watermark_at)
         if self._loaded is None or self._loaded.version.tag != pointer.tag:
             view = None
             if pointer.version is not None:

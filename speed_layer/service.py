@@ -29,7 +29,7 @@ from leaderboard.lake import (
     landed_files,
     parse_landed_name,
 )
-from leaderboard.manifest import Manifest, read_current, read_version, watermark_for
+from leaderboard.manifest import Manifest, read_current, read_version
 from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
 from leaderboard.retained import Tally, kept_after, redoable
@@ -257,7 +257,7 @@ class SpeedLayer:
     def version_of(manifest: Manifest | None) -> SpeedVersion:
         if manifest is None:
             return SpeedVersion(None, None)
-        return SpeedVersion(manifest.version, watermark_for(manifest.as_of_date))
+        return SpeedVersion(manifest.version, manifest.watermark_at)
 
     def current(self) -> SpeedVersion:
         """The live speed version. On first use (nothing in the lake a state must hold) it

@@ -146,8 +146,10 @@ def test_backfill_football_then_batch_and_report(data, capsys, football_results)
     assert report["files"][0]["format"] == "football"
     assert report["total"]["accepted"] == 2 * 49_520 - 2 * report["files"][0]["skipped"]
     assert report["total"]["rejected"] == 0
-    # Stamped at landing (NOW): the night of NOW absorbs it.
-    code, summary = run_json(capsys, "--config", "football", "batch", "--as-of", "2026-12-01")
+    # Stamped at landing (NOW): today's open day, read an hour later, absorbs it (the
+    # README's football walkthrough).
+    code, summary = run_json(capsys, "--config", "football", "--now", "2026-12-01T13:00:00Z",
+                             "batch", "--as-of", "2026-12-01", "--allow-open-day")
     assert code == 0
     assert summary["mode"] == "full"
     assert summary["events"] == report["total"]["accepted"]
@@ -402,6 +404,44 @@ def test_batch_refuses_to_move_the_live_pointer_back(data, tmp_path, capsys):
     code, summary = run_json(capsys, "batch", "--as-of", "2026-11-29", "--allow-rewind")
     assert code == 0
     assert json.loads(pointer.read_text())["version"] == summary["version"]
+
+
+def test_batch_of_today_is_refused_unless_allowed_and_then_later_events_stay_live(
+        data, tmp_path, capsys):
+    """`batch --as-of <today>` exits 2 naming the last night that may run and the flag;
+    with --allow-open-day the version absorbs what landed before the batch read the lake
+    (its watermark is that instant), and an event ingested afterwards shows on the merged
+    boards at once and is absorbed by the next night."""
+    morning, noon = tmp_path / "morning.jsonl", tmp_path / "noon.jsonl"
+    morning.write_text(json.dumps(GOOD) + "\n")
+    noon.write_text(json.dumps(dict(GOOD, match_id="m2", player_id="bob", points=7)) + "\n")
+    assert main(["ingest", str(morning)]) == 0  # 12:00
+    capsys.readouterr()
+    assert main(["--now", "2026-12-01T13:00:00Z", "batch", "--as-of", "2026-12-01"]) == 2
+    err = capsys.readouterr().err
+    assert "has not ended" in err
+    assert "last night that may run is 2026-11-30" in err
+    assert "--allow-open-day" in err
+    assert not (data / "lake" / "manifests").exists()
+    assert main(["--now", "2026-12-01T13:00:00Z", "batch", "--as-of", "2026-12-02",
+                 "--allow-open-day"]) == 2
+    assert "has not begun" in capsys.readouterr().err
+    code, summary = run_json(capsys, "--now", "2026-12-01T13:00:00Z", "batch", "--as-of",
+                             "2026-12-01", "--allow-open-day")
+    assert (code, summary["new_events"]) == (0, 1)
+    manifest = json.loads((data / "lake" / "manifests" / f"{summary['version']}.json")
+                          .read_text())
+    assert manifest["watermark"] == "2026-12-01T13:00:00Z"
+    assert main(["--now", "2026-12-01T14:00:00Z", "ingest", str(noon)]) == 0
+    capsys.readouterr()
+    code, top = run_json(capsys, "--now", "2026-12-01T15:00:00Z", "top", "global",
+                         "--window", "daily")
+    assert [(e["player_id"], e["score"]) for e in top["entries"]] == [("bob", 7), ("alice", 5)]
+    code, summary = run_json(capsys, "--now", "2026-12-02T01:00:00Z", "batch")
+    assert (code, summary["as_of"], summary["events"]) == (0, "2026-12-01", 2)
+    code, top = run_json(capsys, "--now", "2026-12-02T01:00:00Z", "top", "global",
+                         "--window", "daily:2026-12-01")
+    assert [(e["player_id"], e["score"]) for e in top["entries"]] == [("bob", 7), ("alice", 5)]
 
 
 def test_lake_sweep_removes_what_a_dead_run_left(data, tmp_path, capsys):

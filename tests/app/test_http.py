@@ -848,6 +848,28 @@ def test_healthz_ok(world):
     assert body["as_of"] == "2026-11-30"
 
 
+def test_healthz_is_red_while_accepted_events_are_on_no_live_board(world):
+    """A version whose watermark lies past events it did not read (today's night published
+    at its end, 00:00 tomorrow, without the open day's cut: what `batch --as-of <today>`
+    did) leaves an event ingested afterwards folded yet on no live board: /healthz answers
+    503 `events_invisible` saying so; once a batch has read it, it is ok again."""
+    from leaderboard.manifest import read_current
+
+    run_batch(world.settings, date(2026, 12, 1))  # no `now`: the watermark is the night's end
+    world.speed.rebase(read_current(world.lake))
+    posted = _post(world, {"events": [dict(EVENT, match_id="after-the-batch")]})
+    assert posted.status_code == 200
+    assert posted.json()["accepted"] == 1
+    health = world.client.get("/healthz")
+    assert health.status_code == 503
+    body = health.json()
+    assert (body["status"], body["error"]) == ("degraded", "events_invisible")
+    assert "on no live board" in body["problems"]["invisible_events"]
+    run_batch(world.settings, date(2026, 12, 1))  # reads the landed file
+    world.speed.rebase(read_current(world.lake))
+    assert world.client.get("/healthz").status_code == 200
+
+
 def test_healthz_fails_without_redis_or_without_a_version(world, tmp_path, redis_client):
     dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5,
                        retry=Retry(NoBackoff(), 0))

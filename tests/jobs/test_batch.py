@@ -542,3 +542,34 @@ def test_a_rebind_moving_all_time_start_past_landed_events_is_refused(tmp_path):
     run_batch(settings_for(tmp_path, str(config)), date(2026, 12, 1))
     assert read_current(lake).as_of == "2026-12-01"
     assert_matches_reference(tmp_path, registry_from(moved), date(2026, 12, 1))
+
+
+def test_a_night_after_an_open_day_version_absorbs_what_landed_past_its_cut(tmp_path):
+    """A version of today read at 13:00 (--allow-open-day) has that instant as its
+    watermark; the next night built on it counts the rest of that day (incremental) and
+    equals the reference; a file stamped before the cut that it did not read (still landing
+    while it read the lake) makes a night on it recompute in full."""
+    from jobs.batch import OpenNightRefused
+
+    registry = load_registry()
+    events = random_stream(5, start=day("2026-12-01"), days=2, late_share=0.0)
+    cut = day("2026-12-01T13:00:00")
+    land(tmp_path / "lake", registry, [e for e in events if e["ingested_at"] < cut])
+    settings = settings_for(tmp_path)
+    with pytest.raises(OpenNightRefused, match="2026-11-30"):
+        run_batch(settings, date(2026, 12, 1), now=cut)
+    run_batch(settings, date(2026, 12, 1), now=cut, allow_open_day=True)
+    assert read_current(tmp_path / "lake").watermark == "2026-12-01T13:00:00Z"
+    land(tmp_path / "lake", registry, [e for e in events if e["ingested_at"] >= cut],
+         writer="u")
+    run_batch(settings, date(2026, 12, 2), now=day("2026-12-03T01:00:00"))
+    assert read_current(tmp_path / "lake").inputs["mode"] == "incremental"
+    assert_matches_reference(tmp_path, registry, date(2026, 12, 2))
+    # The same night again, built on the open day's version: a file stamped before its cut
+    # that it did not read (still landing then) is a late landing, so the night is full.
+    in_flight = dict(events[0], match_id="in-flight", event_time=cut - timedelta(hours=2),
+                     ingested_at=cut - timedelta(minutes=30))
+    assert land(tmp_path / "lake", registry, [in_flight], writer="v", batch_minutes=0) == 1
+    run_batch(settings, date(2026, 12, 2), now=day("2026-12-03T01:00:00"))
+    assert read_current(tmp_path / "lake").inputs["mode"] == "full"
+    assert_matches_reference(tmp_path, registry, date(2026, 12, 2))

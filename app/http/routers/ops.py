@@ -17,6 +17,7 @@ from app.http.service import ServiceDep
 from leaderboard.manifest import ManifestError, read_current
 from leaderboard.speed_keys import StateLost, read_live_version
 from leaderboard.timeutil import format_instant
+from leaderboard.visibility import invisible_files
 
 __all__ = ["router"]
 
@@ -42,6 +43,13 @@ def healthz(service: ServiceDep) -> Response:
                                     "`leaderboard batch`")
         else:
             answer.update(version=manifest.version, as_of=manifest.as_of)
+            if invisible := invisible_files(service.settings.lake_dir, manifest):
+                problems["invisible_events"] = (
+                    f"{len(invisible)} landed file(s) hold accepted events that version "
+                    f"{manifest.version} did not read, ingested before its watermark "
+                    f"{manifest.watermark}: the speed layer counts them as absorbed, so they "
+                    "are on no live board; run `leaderboard batch` (once the night they "
+                    "landed in has ended) to absorb them")
     except ManifestError as exc:
         problems["manifest"] = str(exc)
     if "redis" not in problems:
@@ -59,8 +67,10 @@ def healthz(service: ServiceDep) -> Response:
             problems["redis"] = f"Redis failed reading the version pointer: {exc}"
     answer["now"] = format_instant(service.settings.now())
     if problems:
-        status = "degraded" if set(problems) == {"speed_state"} else "unavailable"
-        error = "speed_state_lost" if status == "degraded" else "unavailable"
+        degraded = set(problems) <= {"speed_state", "invisible_events"}
+        status = "degraded" if degraded else "unavailable"
+        error = ("unavailable" if not degraded else "speed_state_lost"
+                 if "speed_state" in problems else "events_invisible")
         return JSONResponse({"status": status, "error": error,
                              "message": "; ".join(problems.values()), "problems": problems,
                              **answer}, status_code=503)

@@ -1,0 +1,48 @@
+"""Accepted events a version did not read but the speed layer counts as absorbed.
+
+A version V absorbs the rows with ingested_at < W(V) of the landed files it read (its
+`inputs.files`); the speed layer folds only the rows at or after W(V). A landed file V did
+not read that holds rows before W(V) therefore counts on no live board until a later batch
+reads it: a landing with a clock in the past, a file landed after an open day's batch read
+the lake, or (versions published before the cut existed) any event landed after a batch of
+a night that had not ended. The batch recomputes when its base missed such a file
+(`jobs.batch`), and health reports them meanwhile (`/healthz`, the console).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import time
+from pathlib import Path
+
+from leaderboard.lake import LandedFile, absorbed_with_compactions, landed_files, stamp_range
+from leaderboard.manifest import Manifest
+
+__all__ = ["invisible_files", "unread_before"]
+
+
+def unread_before(lake: Path, version: Manifest, files: Iterable[LandedFile], *,
+                  absorbed: set[str] | None = None) -> list[LandedFile]:
+    """The files among `files` that `version` did not read and that may hold rows ingested
+    before its watermark. A file's rows are stamped on its partition's day, so a partition
+    before the watermark's day holds nothing else, one after it nothing before; only the
+    watermark's own day is read for statistics, and only when the watermark is not at
+    midnight (a batch of an open day). `absorbed`: the files the version read, compacted
+    files included (`absorbed_with_compactions`), when the caller has them."""
+    mark = version.watermark_at
+    if absorbed is None:
+        absorbed = absorbed_with_compactions(lake, version.inputs.get("files", {}))
+    found = []
+    for landed in files:
+        if landed.ingest_date > mark.date() or str(landed.path.relative_to(lake)) in absorbed:
+            continue
+        if landed.ingest_date == mark.date() and (
+                mark.time() == time.min or stamp_range(landed.path)[0] >= mark):
+            continue
+        found.append(landed)
+    return found
+
+
+def invisible_files(lake: Path, version: Manifest) -> list[LandedFile]:
+    """The landed files whose accepted events are on no live board of `version`."""
+    return unread_before(lake, version, landed_files(lake))
