@@ -494,8 +494,9 @@ def text_row(**overrides: str | None) -> dict[str, str | None]:
 @st.composite
 def lambda_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
     """Events with arrival stamps (late ones, ties, re-deliveries within the idempotency
-    horizon, possibly with other content), bans and unbans, and a batch day D: everything
-    ingested before D+1 00:00 is the batch's, the rest the speed layer's."""
+    horizon and across days past it, possibly with other content), bans and unbans, and a
+    batch day D: everything ingested before D+1 00:00 is the batch's, the rest the speed
+    layer's."""
     start = datetime(2026, 11, 24, tzinfo=UTC)
     end = datetime(2026, 12, 2, tzinfo=UTC)
     players = draw(player_pools(min_size=2, max_size=6))
@@ -503,9 +504,9 @@ def lambda_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
                             min_size=1, max_size=8, unique=True))
     events: list[dict[str, Any]] = []
     firsts: list[dict[str, Any]] = []
-    # Identities repeat only as re-deliveries within the horizon of the first delivery: a
-    # repeat past it is the documented lambda trade (the speed layer counts it until the
-    # batch dedupes it).
+    # A re-delivery lands within the door's horizon of the first delivery (dropped at the
+    # door) or days later (it lands: the rebase and every recompute count it once, as the
+    # batch does; the live fold before the rebase may count it twice, the lambda trade).
     # Direct boards' scores share the match ids (a score's identity names its board).
     direct = [b for b in registry.boards if b.direct]
     for number in range(draw(st.integers(0, 30))):
@@ -517,8 +518,9 @@ def lambda_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
                                                                   start=start, end=end)))
             event["match_id"], event["player_id"] = original["match_id"], original["player_id"]
             event["event_time"] = min(event["event_time"], original["ingested_at"])
-            event["ingested_at"] = original["ingested_at"] + draw(
-                st.timedeltas(timedelta(0), timedelta(hours=20)))
+            event["ingested_at"] = original["ingested_at"] + draw(st.one_of(
+                st.timedeltas(timedelta(0), timedelta(hours=20)),
+                st.timedeltas(timedelta(hours=49), timedelta(days=6))))
         else:
             match_id = f"{draw(st.sampled_from(matches))}{number}"
             if direct and draw(st.integers(0, 3)) == 0:
