@@ -309,7 +309,8 @@ def nightly_standings() -> None:
         settings = _settings(params)
         report = retain(settings.lake_dir, date.fromisoformat(as_of),
                         settings.registry.retention_days,
-                        speed=live_speed_watermark(settings), say=log.info).as_dict()
+                        speed=live_speed_watermark(settings), registry=settings.registry,
+                        say=log.info).as_dict()
         from jobs.sweep import sweep_dead_runs
 
         # Files of batch runs that ended without a manifest (a failed try of this night,

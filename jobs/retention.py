@@ -12,6 +12,13 @@ history stays queryable and seasons can be recomputed from rollups. The newest p
 deleted is noted in `lake/retention.json`, so a full recompute (which would silently miss
 the deleted events) is refused at validation (`jobs.release`). Old speed versions are found
 here and expired by the caller (`SpeedLayer.expire_version`, which only the DAG may import).
+
+Deleting moves the safe line (`leaderboard.retained.kept_after`): both layers apply a void
+of a result only from its date's raw events, on dates after that line. So a partition
+stays while deleting it would move the line onto or past the date of a result that a void
+the live versions have not absorbed names (docs/architecture.md, "Retention and voids not
+yet in a batch"): the next batch absorbs the void, and the next night's retention deletes
+the partition.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from jobs.compact import SpeedWatermark, live_speed_watermark
 from leaderboard.erasure import erasure_barrier
 from leaderboard.lake import (
@@ -37,10 +48,11 @@ from leaderboard.lake import (
     stamp_range,
 )
 from leaderboard.manifest import Manifest, read_current
-from leaderboard.retained import RETENTION_LEDGER, deleted_through
+from leaderboard.registry import Registry, load_registry
+from leaderboard.retained import RETENTION_LEDGER, deleted_through, line_after
 from leaderboard.settings import Settings
 from leaderboard.timeutil import format_instant
-from leaderboard.voids import read_voids, voids_before, voids_digest
+from leaderboard.voids import Void, VoidIndex, read_voids, voids_before, voids_digest
 
 __all__ = [
     "LEDGER",
@@ -188,18 +200,81 @@ def _live_waiting(lake: Path, published: Manifest, speed: SpeedWatermark) -> str
             "(the DAG's rebase step does), then run retention again")
 
 
+@dataclass(frozen=True)
+class _LateResult:
+    """The earliest event date of a result that a void not absorbed by the live versions
+    names (the void with it): the safe line must stay before that date."""
+
+    day: date
+    void: Void
+
+
+def _late_result(lake: Path, published: Manifest, speed: SpeedWatermark) -> _LateResult | None:
+    """The earliest result (by event date) that a void at or after the watermark of the
+    published version or of the live layer's names, among the raw rows either of those
+    versions absorbed (ingested before its watermark): rows ingested later are no base's,
+    and both layers count them without the voided ones. None when there is none."""
+    marks = [published.watermark_at]
+    if speed.present and speed.watermark is not None:
+        marks.append(speed.watermark)
+    late = [v for v in read_voids(lake) if v.at >= min(marks)]
+    if not late:
+        return None
+    index = VoidIndex.of(late)
+    matches = pa.array(sorted(index.by_match), pa.string())
+    found: _LateResult | None = None
+    for landed in landed_files(lake):
+        try:
+            rows = pq.read_table(landed.path, columns=["match_id", "player_id", "event_time",
+                                                       "ingested_at"],
+                                 filters=pc.field("match_id").isin(matches))
+        except FileNotFoundError:
+            continue  # compacted meanwhile: its rows are in the file that replaced it
+        if rows.num_rows:
+            rows = rows.filter(pc.less(rows.column("ingested_at"), pa.scalar(
+                max(marks), rows.schema.field("ingested_at").type)))
+            rows = rows.filter(index.mask(rows))
+        for match_id, player_id, at in zip(rows.column("match_id").to_pylist(),
+                                           rows.column("player_id").to_pylist(),
+                                           rows.column("event_time").to_pylist(), strict=True):
+            if found is None or at.date() < found.day:
+                void = next(v for v in late if v.match_id == match_id
+                            and v.player_id in (None, player_id))
+                found = _LateResult(at.date(), void)
+    return found
+
+
+def _line_blocker(day: date, late: _LateResult | None, through: date | None,
+                  registry: Registry) -> str | None:
+    """Why deleting the partition of `day` must wait for a void (None: it need not)."""
+    if late is None or (through is not None and day <= through):
+        return None  # the line does not move
+    line = line_after(day, registry)
+    if line < late.day:
+        return None
+    return (f"the void of {late.void.describe()} (recorded {format_instant(late.void.at)}) "
+            f"is not in the live batch version yet, and deleting this partition would move "
+            f"the safe line to {line}, on or past its result of {late.day}: neither the "
+            "batch nor the live boards could remove that result any more; it goes once a "
+            "batch has the void (the next night)")
+
+
 def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
-                    dry_run: bool = False, say: Say | None = None) -> RetentionReport:
+                    registry: Registry | None = None, dry_run: bool = False,
+                    say: Say | None = None) -> RetentionReport:
     """Delete the expired raw-event partitions nothing needs any more; safe to rerun.
-    Not while an erasure rewrites the lake's files (`erasure_barrier`: it waits). A dry
-    run makes no barrier file (it writes nothing, and may run on a read-only backup)."""
+    `registry`: the data dir's (its `future_skew` draws the safe line; None: the shipped
+    default). Not while an erasure rewrites the lake's files (`erasure_barrier`: it
+    waits). A dry run makes no barrier file (it writes nothing, and may run on a
+    read-only backup)."""
     with erasure_barrier(lake, exclusive=False, create=not dry_run):
-        return _apply_retention(lake, as_of, retention_days, speed=speed, dry_run=dry_run,
+        return _apply_retention(lake, as_of, retention_days, speed=speed,
+                                registry=registry or load_registry(), dry_run=dry_run,
                                 say=say)
 
 
 def _apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
-                     dry_run: bool, say: Say | None) -> RetentionReport:
+                     registry: Registry, dry_run: bool, say: Say | None) -> RetentionReport:
     say = say or (lambda _message: None)
     cutoff = retention_cutoff(as_of, retention_days)
     report = RetentionReport(as_of, cutoff)
@@ -230,11 +305,15 @@ def _apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: Spe
     for landed in landed_files(lake, days=expired):
         by_day.setdefault(landed.ingest_date, []).append(
             (str(landed.path.relative_to(lake)), stamp_range(landed.path)[1]))
+    late = _late_result(lake, published, speed) if expired else None
+    through = deleted_through(lake)
     gone = []
     for day in expired:
         partition = events_dir(lake) / f"ingest_date={day.isoformat()}"
         reason = partition_blocker(day, by_day.get(day, []), absorbed=absorbed,
                                    published=published, watermark=watermark)
+        if reason is None:
+            reason = _line_blocker(day, late, through, registry)
         if reason is None and open_landing_writes(partition):
             reason = "a writer is writing into it"
         if reason is not None:
@@ -272,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env(data_dir=args.data, config=args.config)
     report = apply_retention(settings.lake_dir, date.fromisoformat(args.as_of),
                              settings.registry.retention_days,
-                             speed=live_speed_watermark(settings), dry_run=args.dry_run,
+                             speed=live_speed_watermark(settings),
+                             registry=settings.registry, dry_run=args.dry_run,
                              say=lambda message: print(message, file=sys.stderr))
     print(json.dumps(report.as_dict()))
     return 0

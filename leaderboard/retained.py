@@ -26,7 +26,8 @@ from typing import Any
 
 from leaderboard.registry import Registry
 
-__all__ = ["RETENTION_LEDGER", "Tally", "deleted_through", "kept_after", "redoable"]
+__all__ = ["RETENTION_LEDGER", "Tally", "deleted_through", "kept_after", "line_after",
+           "redoable"]
 
 #: (events, points) of one event date over every player.
 Tally = tuple[int, int]
@@ -48,8 +49,11 @@ def kept_after(lake: Path, registry: Registry) -> date | None:
     """The safe line: the last event date whose raw events may be partly deleted (None:
     nothing deleted); every later event date still has all its raw events in the lake."""
     through = deleted_through(lake)
-    if through is None:
-        return None
+    return None if through is None else line_after(through, registry)
+
+
+def line_after(through: date, registry: Registry) -> date:
+    """The safe line once raw partitions through `through` are deleted (`kept_after`)."""
     skew_days = math.ceil(registry.future_skew / timedelta(days=1))
     return through + timedelta(days=skew_days + 1)
 

@@ -707,3 +707,65 @@ def test_after_retention_a_whole_match_void_with_its_late_half_live_says_results
     assert all_time_score(lake, registry, redis_client, "2026-11-26T03:30:00", "ann") == 8
     one = speed.void_applied("m-b", "ann", day("2026-11-26T04:00:00"), "exploit").limit
     assert one is None  # one player's result after the line: removed in full
+
+
+def test_a_void_between_midnight_and_that_nights_retention_stays_removed(
+        world, redis_client, tmp_path):
+    """A void recorded after midnight, before that night's batch and retention, of a
+    result on a date after the safe line: the live layer removes it at once (54 -> 4) and
+    carries it at the night's rebase. Retention must not then move the safe line onto the
+    result's date while no batch has the void: the next batch could not recompute that
+    date (the base's rows would stand) and the live layer, its version having the void,
+    would not apply it again. The voided result stays removed on every live board and in
+    every batch after, as the batch of everything with the void gives."""
+    import shutil
+
+    from leaderboard.batch_view import BatchView
+    from leaderboard.manifest import read_current
+
+    lake, registry, speed, settings = world
+    ingest(speed, lake, registry, [_row("m-a", "ann", 3, "2026-11-20T11:00:00"),
+                                   _row("m-c", "ann", 2, "2026-11-22T11:00:00"),
+                                   _row("m-bad", "p000", 50, "2026-11-24T11:00:00"),
+                                   _row("m-ok", "p000", 4, "2026-11-24T12:00:00"),
+                                   _row("m-b", "ann", 4, "2026-11-25T09:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
+    twin = tmp_path / "twin"
+    shutil.copytree(lake, twin / "lake")
+
+    def live() -> SpeedWatermark:
+        pointer = speed.current()
+        return SpeedWatermark(present=True, watermark=pointer.watermark,
+                              version=pointer.version)
+
+    def score(now: str) -> int:
+        return all_time_score(lake, registry, redis_client, now)
+
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live(),
+                           registry=registry).deleted == ["2026-11-20"]
+    assert score("2026-11-27T00:10:00") == 54
+    at = day("2026-11-27T00:30:00")  # after midnight, before the night of 11-26 runs
+    write_void(twin / "lake", "m-bad", "p000", at, "wrong score")
+    applied = speed.void_applied("m-bad", "p000", at, "wrong score")
+    assert (applied.players, applied.limit) == (["p000"], None)  # told: removed
+    assert score("2026-11-27T00:40:00") == 4
+    # The night of 11-26: batch (the void is after its watermark), rebase, retention.
+    speed.rebase(run_batch(settings, date(2026, 11, 26)).manifest)
+    assert score("2026-11-27T01:00:00") == 4
+    waited = apply_retention(lake, date(2026, 11, 26), 3, speed=live(), registry=registry)
+    assert "2026-11-22" in waited.kept
+    assert "void" in waited.kept["2026-11-22"]
+    # The next night absorbs the void; its retention deletes what the last one kept.
+    speed.rebase(run_batch(settings, date(2026, 11, 27)).manifest)
+    assert score("2026-11-28T01:00:00") == 4
+    assert "2026-11-22" in apply_retention(lake, date(2026, 11, 27), 3, speed=live(),
+                                           registry=registry).deleted
+    speed.ban("p000", day("2026-11-28T02:00:00"))  # a recompute of the player from the lake
+    speed.unban("p000", day("2026-11-28T03:00:00"))
+    speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)
+    assert score("2026-11-29T01:00:00") == 4
+    view = BatchView(lake, read_current(lake))
+    rows = view.standings("global", "all-time").to_pylist()
+    assert [r["score"] for r in rows if r["player_id"] == "p000"] == [4]
+    assert_served_exactly(lake, twin / "lake", registry, redis_client,
+                          now="2026-11-29T01:00:00")
