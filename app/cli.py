@@ -857,9 +857,13 @@ def _cmd_lake(args: argparse.Namespace) -> int:
                       f"{len(swept.runs)} killed batch run(s)"
                       + (f": {', '.join(swept.runs)}" if swept.runs else ""))
         return 0
+    from leaderboard.binding import rebind_summary
+
     registry = settings.registry
     out.print(f"{settings.data_dir} is bound to the board registry {registry.source} "
               f"(fingerprint {registry.fingerprint})")
+    if summary := rebind_summary(settings.lake_dir, registry):
+        out.print(summary)
     return 0
 
 

@@ -43,7 +43,7 @@ from jobs.spec import (
 )
 from jobs.sweep import SweepRefused, hold_run, sweep_dead_runs
 from leaderboard.bans import banned_players
-from leaderboard.binding import bind_registry
+from leaderboard.binding import bind_registry, board_digests, rollup_layout
 from leaderboard.calendar import ALL_TIME, Calendar
 from leaderboard.erasure import erasure_barrier
 from leaderboard.faults import checkpoint
@@ -157,21 +157,27 @@ def _previous_of(versions: list[Manifest], as_of: date, registry: Registry) -> M
     if not candidates:
         return None
     latest = max(candidates, key=lambda m: (m.as_of, m.created_at))
-    return latest if latest.registry_fingerprint == registry.fingerprint else None
+    if latest.registry_fingerprint == registry.fingerprint:
+        return latest
+    # A rebind: the rollups serve when they mean the same under both registries.
+    return latest if latest.inputs.get("rollup_layout") == rollup_layout(registry) else None
 
 
-def plan_windows(registry: Registry, dates: list[date], as_of: date) -> set[tuple[str, str]]:
-    """Every (board, window_id) that contains one of `dates`, or is open on `as_of`."""
+def plan_windows(registry: Registry, dates: list[date], as_of: date,
+                 boards: set[str] | None = None) -> set[tuple[str, str]]:
+    """Every (board, window_id) that contains one of `dates`, or is open on `as_of` (of
+    `boards` only, when given)."""
     calendar = registry.calendar
     needed: set[tuple[str, str]] = set()
-    kinds = {k for b in registry.boards for k in b.windows}
+    chosen = [b for b in registry.boards if boards is None or b.name in boards]
+    kinds = {k for b in chosen for k in b.windows}
     ids: dict[str, set[str]] = {k: set() for k in kinds}
     for day in [*dates, as_of]:
         for kind in kinds:
             window = calendar.window_on(kind, day)
             if window is not None:
                 ids[kind].add(window.id)
-    for board in registry.boards:
+    for board in chosen:
         for kind in board.windows:
             needed.update((board.name, window_id) for window_id in ids[kind])
     return needed
@@ -500,6 +506,8 @@ class _Plan:
     absorbed: list[str]
     #: a void night after retention: the event dates recomputed from raw events (jobs.revoid)
     revoid: Revoid | None = None
+    #: boards a rebind added or changed: every window built from the rollups, none carried
+    rebuilt: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -572,6 +580,13 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step,
             mode = "full"
             say("voids changed since the previous version: recomputing in full")
     base = previous if mode == "incremental" else None
+    rebuilt: frozenset[str] = frozenset()
+    if base is not None and base.registry_fingerprint != registry.fingerprint:
+        recorded = base.inputs.get("board_digests", {})
+        rebuilt = frozenset(b for b, d in board_digests(registry).items() if recorded.get(b) != d)
+        say(f"registry rebound since {base.version}: "
+            + (f"building {', '.join(sorted(rebuilt))} from the rollups; " if rebuilt else "")
+            + "the other boards keep their standings")
     listed = {str(f.path.relative_to(lake)) for f in files}
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     # An event may lie ahead of its landing by up to future_skew (days, with a wide skew):
@@ -587,7 +602,7 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step,
         mode=mode, calendar=calendar_table(registry, first_day, last_day),
         bits=lateness_bits(registry), banned=banned_players(lake, before=watermark),
         voids=voids, absorbed=sorted(absorbed & listed) if base is not None else [],
-        revoid=revoid if base is not None else None)
+        revoid=revoid if base is not None else None, rebuilt=rebuilt)
 
 
 class FullAfterRetention(PublishError):
@@ -730,6 +745,8 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
         needed = plan_windows(registry, sorted(set(rolled.changed) | touched), as_of)
     else:
         needed = plan_windows(registry, rolled.changed, as_of)
+    if plan.rebuilt:
+        needed |= plan_windows(registry, all_dates, as_of, boards=set(plan.rebuilt))
     needed_table = pa.table({"board": [b for b, _ in sorted(needed)],
                              "window_id": [w for _, w in sorted(needed)]})
     carry = _carry_plan(lake, registry, plan, needed,
@@ -794,8 +811,11 @@ def _rank(eng: Engine, lake: Path, registry: Registry, plan: _Plan, rolled: _Rol
                                            "\x00")
         rebuilt = pa.array(sorted(f"{b}\x00{w}" for b, w in needed), pa.string())
         open_keys = pa.array(sorted(f"{b}\x00{w}" for b, w in open_now), pa.string())
-        kept = kept.filter(pc.and_(
+        # a rebind: the boards it dropped go, those it rebuilt are all in `needed`
+        boards = pa.array(sorted({b.name for b in registry.boards} - plan.rebuilt), pa.string())
+        kept = kept.filter(pc.and_(pc.and_(
             pc.invert(pc.is_in(keys, value_set=rebuilt)),
+            pc.is_in(kept.column("board"), value_set=boards)),
             # an empty window kept only while it is open, as a full recompute would
             pc.or_(kept.column("received"), pc.is_in(keys, value_set=open_keys))))
         standings = pa.concat_tables([kept.cast(STANDINGS_INDEX_SCHEMA), fresh])
@@ -866,7 +886,8 @@ def _carry_plan(lake: Path, registry: Registry, plan: _Plan,
     rows: list[tuple[str, str, str | None]] = []
     for board, window_id in sorted(needed):
         kind = window_id.split(":", 1)[0]
-        if kind not in CARRY_KINDS or window_id in (changed_past or set()):
+        if (kind not in CARRY_KINDS or window_id in (changed_past or set())
+                or board in plan.rebuilt):
             continue
         path = paths.get((board, window_id))
         if path is None:
@@ -960,7 +981,8 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
         previous=base.version if base else None,
         inputs={"files": dict(sorted(input_files.items())), "events": events_total,
                 "new_events": counted, "banned": sorted(plan.banned), "mode": plan.mode,
-                "voids": voids_digest(plan.voids)},
+                "voids": voids_digest(plan.voids), "rollup_layout": rollup_layout(registry),
+                "board_digests": board_digests(registry)},
         boards=_board_summary(standings),
         checks={"events": events_total, "windows_built": len(ranked.needed),
                 "standings_rows_written": ranked.rows, "scope_points": carried_points if

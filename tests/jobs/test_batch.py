@@ -573,3 +573,60 @@ def test_a_night_after_an_open_day_version_absorbs_what_landed_past_its_cut(tmp_
     run_batch(settings, date(2026, 12, 2), now=day("2026-12-03T01:00:00"))
     assert read_current(tmp_path / "lake").inputs["mode"] == "full"
     assert_matches_reference(tmp_path, registry, date(2026, 12, 2))
+
+
+def test_a_rebind_after_retention_keeps_unchanged_boards_and_builds_new_ones(tmp_path):
+    """After retention deleted raw events, an edit that adds a board and changes another's
+    bounds, then `lake rebind`: the next night publishes (incremental on the live version),
+    keeps the unchanged boards' standings files, builds the new and changed boards from
+    the rollups, and equals a full recompute of a twin lake that kept every raw event.
+    An edit of a grace (the rollups' meaning) is refused at rebind instead."""
+    import shutil
+
+    from jobs.compact import SpeedWatermark
+    from jobs.retention import apply_retention
+    from leaderboard.binding import RegistryBindingError, bind_registry, rebind_summary
+
+    raw = dict(EXOTIC)
+    config = tmp_path / "reg.toml"
+    write_registry(config, raw)
+    registry = registry_from(raw)
+    data, twin = tmp_path / "data", tmp_path / "twin"
+    bind_registry(data / "lake", registry)
+    events = random_stream(6, start=START, days=4, late_share=0.0)
+    first = [e for e in events if e["ingested_at"] < day("2026-12-02")]
+    land(data / "lake", registry, first)
+    for as_of in (date(2026, 11, 29), date(2026, 11, 30), date(2026, 12, 1)):
+        run_batch(settings_for(data, str(config)), as_of)
+    shutil.copytree(data, twin)
+    report = apply_retention(data / "lake", date(2026, 12, 1), 2,
+                             speed=SpeedWatermark(present=False))
+    assert report.deleted, "retention deleted raw partitions"
+    before = read_current(data / "lake").standings(data / "lake").to_pylist()
+    boards = [dict(b, max_points=90) if b.get("name") == "best" else b for b in raw["boards"]]
+    edited = dict(raw, boards=[*boards, {"scope": "mode:casual", "name": "casual-best",
+                                         "aggregation": "max"}])
+    regraced = dict(edited, limits={"grace": "2d"})
+    with pytest.raises(RegistryBindingError, match="retention deleted the raw events"):
+        bind_registry(data / "lake", registry_from(regraced), rebind=True)
+    write_registry(config, edited)
+    new = registry_from(edited)
+    for lake in (data / "lake", twin / "lake"):
+        bind_registry(lake, new, rebind=True)
+    summary = rebind_summary(data / "lake", new)
+    assert "builds best, casual-best from the rollups" in summary
+    rest = [e for e in events if e["ingested_at"] >= day("2026-12-02")]
+    for lake in (data / "lake", twin / "lake"):
+        land(lake, new, rest)
+    run_batch(settings_for(data, str(config)), date(2026, 12, 2))
+    live = read_current(data / "lake")
+    assert (live.as_of, live.inputs["mode"]) == ("2026-12-02", "incremental")
+    got, want = published(data), expected(twin, new, date(2026, 12, 2))
+    assert set(got) == set(want)
+    for key, rows in want.items():
+        assert got[key] == rows, f"window {key} differs from the full recompute"
+    kept = {(r["board"], r["window_id"]): r["path"] for r in before}
+    now = {(r["board"], r["window_id"]): r["path"]
+           for r in live.standings(data / "lake").to_pylist()}
+    assert now[("global", "daily:2026-11-29")] == kept[("global", "daily:2026-11-29")]
+    assert now[("best", "daily:2026-11-29")] != kept[("best", "daily:2026-11-29")]
