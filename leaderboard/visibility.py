@@ -30,11 +30,16 @@ def unread_before(lake: Path, version: Manifest, files: Iterable[LandedFile], *,
     midnight (a batch of an open day). `absorbed`: the files the version read, compacted
     files included (`absorbed_with_compactions`), when the caller has them."""
     mark = version.watermark_at
-    if absorbed is None:
-        absorbed = absorbed_with_compactions(lake, version.inputs.get("files", {}))
+    read = version.inputs.get("files", {})
+    known = read if absorbed is None else absorbed
+    candidates = [f for f in files if f.ingest_date <= mark.date()
+                  and str(f.path.relative_to(lake)) not in known]
+    if absorbed is None and candidates:
+        # Compaction records of the candidates' partitions only (health asks often).
+        absorbed = absorbed_with_compactions(lake, read, days={f.ingest_date for f in candidates})
     found = []
-    for landed in files:
-        if landed.ingest_date > mark.date() or str(landed.path.relative_to(lake)) in absorbed:
+    for landed in candidates:
+        if absorbed is not None and str(landed.path.relative_to(lake)) in absorbed:
             continue
         if landed.ingest_date == mark.date() and (
                 mark.time() == time.min or stamp_range(landed.path)[0] >= mark):
