@@ -21,6 +21,7 @@ import redis
 from leaderboard.lake import quarantine_dir
 from leaderboard.manifest import Manifest, ManifestError, read_current
 from leaderboard.timeutil import format_instant
+from leaderboard.visibility import invisible_files
 from speed_layer.service import SpeedLayer
 
 __all__ = [
@@ -78,6 +79,10 @@ class OpsStatus:
     speed: dict[str, Any] | None  # SpeedStatus.as_dict()
     speed_problem: str | None
     quarantine: QuarantineCounts
+    #: landed files holding accepted events the live version did not read though they were
+    #: ingested before its watermark: on no live board (leaderboard.visibility); None: no
+    #: version
+    invisible_files: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,13 +156,14 @@ class QuarantineTally:
 def ops_status(lake: Path, speed: SpeedLayer, now: datetime, tally: QuarantineTally
                ) -> OpsStatus:
     """Everything the operations page shows; a part that cannot be read says why instead."""
-    batch = batch_problem = speed_status = speed_problem = None
+    batch = batch_problem = speed_status = speed_problem = invisible = None
     try:
         manifest = read_current(lake)
         if manifest is None:
             batch_problem = "no batch version is published yet; run `leaderboard batch`"
         else:
             batch = batch_run(manifest)
+            invisible = len(invisible_files(lake, manifest))
     except ManifestError as exc:
         batch_problem = str(exc)
     try:
@@ -166,4 +172,4 @@ def ops_status(lake: Path, speed: SpeedLayer, now: datetime, tally: QuarantineTa
         speed_problem = f"Redis does not answer ({exc}); check REDIS_URL or the local server"
     return OpsStatus(now=format_instant(now), batch=batch, batch_problem=batch_problem,
                      speed=speed_status, speed_problem=speed_problem,
-                     quarantine=tally.count(lake, now.date()))
+                     quarantine=tally.count(lake, now.date()), invisible_files=invisible)

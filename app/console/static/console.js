@@ -557,7 +557,9 @@
       const sp = ops.speed;
       kv($("#ops-speed"), sp ? [
         ["base version", sp.version || "— (none)"], ["watermark", sp.watermark || "—"],
-        ["lag", `${num(sp.lag_files)} landed file(s) not yet folded`],
+        ["lag", `${num(sp.lag_files)} landed file(s) not yet folded` + (ops.invisible_files
+          ? ` · ${num(ops.invisible_files)} holding accepted events on no live board (health)`
+          : "")],
         ["board-windows", num(sp.board_windows)], ["keys", num(sp.keys)],
         ["memory", bytes(sp.memory_bytes)], ["banned players", num(sp.banned)],
         ["folded (writer: seq)", Object.entries(sp.folded).map(([w, q]) => `${w}: ${q}`)

@@ -92,6 +92,34 @@ def test_ops_status_names_each_part(console_data, redis_client):
     assert status.as_dict()["batch"]["as_of"] == "2026-11-30"
 
 
+def test_ops_status_counts_files_whose_events_are_on_no_live_board(console_data,
+                                                                    redis_client):
+    """A file landed with a clock before the live version's watermark, which that version
+    did not read, holds accepted events the speed layer counts as absorbed: the summary
+    says how many such files there are (the lag alone said 0)."""
+    import pyarrow as pa
+
+    from leaderboard.lake import LandingWriter
+    from leaderboard.schema import TIMESTAMP
+    from speed_layer.ingest import Ingestor
+
+    speed = SpeedLayer(redis_client, console_data.registry, console_data.lake_dir)
+    speed.rebuild(console_data.now())
+    assert ops_status(console_data.lake_dir, speed, console_data.now(),
+                      QuarantineTally()).invisible_files == 0
+    past = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
+    table = pa.table({"match_id": ["past-clock"], "player_id": ["zed"],
+                      "points": pa.array([3], pa.int64()),
+                      "event_time": pa.array([past], TIMESTAMP), "region": ["na"],
+                      "mode": ["ranked"], "server_id": ["s"]})
+    with LandingWriter(console_data.lake_dir, "skewed") as writer:
+        assert Ingestor(console_data.registry, writer, speed).ingest(
+            table, now=past, source="test").accepted == 1
+    status = ops_status(console_data.lake_dir, speed, console_data.now(), QuarantineTally())
+    assert status.invisible_files == 1
+    assert status.speed["lag_files"] == 0
+
+
 def test_ops_status_says_what_is_missing_on_an_empty_lake(tmp_path, redis_client, registry):
     lake = tmp_path / "lake"
     lake.mkdir()
