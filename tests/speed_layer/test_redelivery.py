@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from lakes import batches, day, random_stream
 from oracle import reference_standings
@@ -41,10 +41,10 @@ def _expected(lake, registry) -> dict:
 
 @pytest.fixture
 def redelivered(tmp_path, redis_client):
-    """Day 1 ingested and batched (version 1 live); on day 4 a copy of one of the player's
-    day-1 events lands again with other points, beside a new match of that player and
-    another. Returns (lake, registry, speed, settings, the player, the other, the new
-    match)."""
+    """Day 1 ingested and batched (version 1 live); on day 2 a match of the player lands;
+    on day 4 a copy of one of the player's day-1 events and one of that day-2 match land
+    again with other points, beside a new match of that player and another. Returns (lake,
+    registry, speed, settings, the player, the other, the new match)."""
     registry = load_registry()
     lake = tmp_path / "lake"
     settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
@@ -55,6 +55,10 @@ def redelivered(tmp_path, redis_client):
     player = original["player_id"]
     other = next(e["player_id"] for e in first if e["player_id"] != player)
     again = dict(original, points=original["points"] + 7, ingested_at=AGAIN)
+    since = dict(original, match_id="m61-since", points=5,
+                 event_time=START + timedelta(days=1, hours=9),
+                 ingested_at=START + timedelta(days=1, hours=10))
+    since_again = dict(since, points=9, ingested_at=AGAIN)
     new_match = "m61-new"
     fresh = [dict(original, match_id=new_match, player_id=p, points=3,
                   event_time=AGAIN - timedelta(minutes=30), ingested_at=AGAIN)
@@ -62,11 +66,13 @@ def redelivered(tmp_path, redis_client):
     with LandingWriter(lake, "w") as writer:
         _ingest(speed, writer, registry, first)
         speed.rebase(run_batch(settings, START.date()).manifest)
-        _ingest(speed, writer, registry, [again, *fresh])
-    copies = [r for f in sorted((lake / "events").rglob("*.parquet"))
-              for r in pa.parquet.read_table(f).to_pylist()
-              if (r["match_id"], r["player_id"]) == (original["match_id"], player)]
-    assert len(copies) == 2  # past the door's horizon: the copy landed
+        _ingest(speed, writer, registry, [since])
+        _ingest(speed, writer, registry, [again, since_again, *fresh])
+    for match in (original["match_id"], since["match_id"]):
+        copies = [r for f in sorted((lake / "events").rglob("*.parquet"))
+                  for r in pq.read_table(f).to_pylist()
+                  if (r["match_id"], r["player_id"]) == (match, player)]
+        assert len(copies) == 2  # past the door's horizon: the copy landed
     return lake, registry, speed, settings, player, other, new_match
 
 
@@ -81,7 +87,7 @@ def test_a_recompute_from_the_lake_counts_a_re_delivery_once(redelivered, redis_
     """After each path that recomputes the speed state from the lake, every player's live
     score and rank in every board-window equal a batch of the whole lake: the copy of an
     event the base absorbed, landed days later, counts nowhere (the batch keeps the first
-    ingested copy)."""
+    ingested copy), nor does the later copy of an event folded since the watermark."""
     lake, registry, speed, settings, player, other, new_match = redelivered
     if path == "rebuild":
         redis_client.flushall()
