@@ -1,9 +1,12 @@
 """The nightly batch job: authoritative standings for every board and window as of a date.
 
 Usage: python -m jobs.batch --as-of 2026-12-01 [--engine duckdb|spark] [--full] [--data DIR]
+                            [--allow-rewind] [--allow-open-day]
        spark-submit jobs/batch.py --as-of 2026-12-01 --engine spark
 
-Version V (as_of D) absorbs exactly the landed events with ingested_at < W = D+1 00:00 UTC:
+Version V (as_of D) absorbs exactly the landed events with ingested_at < W = D+1 00:00 UTC
+(a night not ended is refused, exit 2, unless --allow-open-day: then W is the instant the
+run reads the lake):
 dedupe by (match_id, player_id), first ingested wins; roll up per (player, event_date,
 region, mode, lateness mask); rebuild only the event dates and windows that received new
 rows since the previous version (or everything, on the first run, after a registry change,

@@ -630,3 +630,20 @@ def test_a_rebind_after_retention_keeps_unchanged_boards_and_builds_new_ones(tmp
            for r in live.standings(data / "lake").to_pylist()}
     assert now[("global", "daily:2026-11-29")] == kept[("global", "daily:2026-11-29")]
     assert now[("best", "daily:2026-11-29")] != kept[("best", "daily:2026-11-29")]
+
+
+def test_the_job_entry_point_refuses_a_night_not_ended(tmp_path, monkeypatch, capsys):
+    """`python -m jobs.batch --as-of <today>` exits 2 with the reason and the last night
+    that may run, publishing nothing; with --allow-open-day it publishes."""
+    from jobs.batch import main
+
+    land(tmp_path / "lake", load_registry(), random_stream(7, start=day("2026-12-01"), days=1))
+    monkeypatch.setenv("LEADERBOARD_NOW", "2026-12-01T23:00:00Z")
+    monkeypatch.delenv("LEADERBOARD_CONFIG", raising=False)
+    assert main(["--as-of", "2026-12-01", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "has not ended" in err
+    assert "last night that may run is 2026-11-30" in err
+    assert read_current(tmp_path / "lake") is None
+    assert main(["--as-of", "2026-12-01", "--data", str(tmp_path), "--allow-open-day"]) == 0
+    assert read_current(tmp_path / "lake").watermark == "2026-12-01T23:00:00Z"
