@@ -1224,6 +1224,8 @@ def test_a_direct_score_is_idempotent_and_visible_at_once(world):
     ("best-lap", {"player_id": "p1", "match_id": "r", "score": 5,
                   "event_time": "2026-12-02T00:00:00Z"}, 422, "event_time_in_future",
      "ahead of the landing clock"),
+    ("best-lap", {"player_id": "p1", "match_id": "r", "score": 5, "event_time": ""}, 422,
+     "bad_type", "event_time"),
     ("best-lap", [1], 422, "bad_score", "one JSON object"),
     ("global", {"player_id": "p1", "match_id": "r", "score": 5}, 409, "not_a_direct_board",
      "POST /v1/events"),

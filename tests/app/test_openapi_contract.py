@@ -3,8 +3,13 @@ the real app (a published lake, a real Redis), with the server and admin keys, a
 of its checks on each answer: no server error, every status and content type documented,
 every body matching its schema, valid data accepted, invalid data refused.
 
-Fuzzed examples per operation: SCHEMATHESIS_EXAMPLES (default 100); the erasure runs on its
-own app and lake, SCHEMATHESIS_ERASE_EXAMPLES (default 10)."""
+Every phase runs: examples, coverage, fuzzing, and the stateful phase, which follows the
+document's links (app.http.contract.LINKS: ban then unban, submit a score then read the
+player, ...). Every answer is counted: no 5xx but a documented 503.
+
+Fuzzed examples per operation: SCHEMATHESIS_EXAMPLES (default 100); stateful scenarios:
+SCHEMATHESIS_STATEFUL_EXAMPLES (default 50); the erasure runs on its own app and lake,
+SCHEMATHESIS_ERASE_EXAMPLES (default 10)."""
 
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ NOW = "2026-12-01T18:00:00Z"
 SERVER_KEY = "contract-server-key-0123456789"
 ADMIN_KEY = "contract-admin-key-0123456789"
 EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "100"))
+#: Scenarios of the stateful phase (each a chain of linked requests).
+STATEFUL_EXAMPLES = int(os.environ.get("SCHEMATHESIS_STATEFUL_EXAMPLES", "50"))
 #: ... of the erasure, each a rewrite of the lake: SCHEMATHESIS_ERASE_EXAMPLES (default 10).
 ERASE_EXAMPLES = int(os.environ.get("SCHEMATHESIS_ERASE_EXAMPLES", "10"))
 #: Schemathesis's default answers to valid data (2xx, 3xx, 401, 403, 404, 409, 429, 5xx).
@@ -82,29 +89,50 @@ def erasure_app(tmp_path, redis_server):
     _close(world)
 
 
-def _failures(stream) -> tuple[list[str], Counter[str], Counter[str], float]:
-    """(each failed check, with its reproduction; cases run and seconds spent per operation;
-    seconds in all)."""
-    failed: list[str] = []
-    cases: Counter[str] = Counter()
-    spent: Counter[str] = Counter()
-    running = 0.0
-    for event in stream:
-        if isinstance(event, events.ScenarioFinished | events.FuzzScenarioFinished):
-            cases[event.recorder.label] += len(event.recorder.cases)
-            spent[event.recorder.label] += event.elapsed_time
-            for checks in event.recorder.checks.values():
-                for check in checks:
-                    if check.status == Status.FAILURE and check.failure_info is not None:
-                        info = check.failure_info
-                        failed.append(f"{event.recorder.label}: {check.name}: "
-                                      f"{info.failure.title}\n{info.failure.message}\n"
-                                      f"{info.code_sample}")
-        elif isinstance(event, events.NonFatalError | events.FatalError):
-            failed.append(f"error: {event!r}")
-        elif isinstance(event, events.EngineFinished):
-            running = event.running_time
-    return failed, cases, spent, running
+class _Run:
+    """What one Schemathesis run did: failed checks (with their reproduction), cases and
+    seconds per operation, requests per phase, and every 5xx answer."""
+
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+        self.cases: Counter[str] = Counter()
+        self.spent: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()
+        self.server_errors: list[str] = []
+        self.seconds = 0.0
+
+    def read(self, stream, documented_503: set[str]) -> None:
+        for event in stream:
+            if isinstance(event, events.ScenarioFinished | events.FuzzScenarioFinished):
+                self._scenario(event, documented_503)
+            elif isinstance(event, events.NonFatalError | events.FatalError):
+                self.failed.append(f"error: {event!r}")
+            elif isinstance(event, events.EngineFinished):
+                self.seconds = event.running_time
+
+    def _scenario(self, event, documented_503: set[str]) -> None:
+        recorder = event.recorder
+        self.cases[recorder.label] += len(recorder.cases)
+        self.spent[recorder.label] += event.elapsed_time
+        phase = getattr(event, "phase", None)
+        phase = "fuzzing" if phase is None else str(getattr(phase, "value", phase))
+        for case_id, interaction in recorder.interactions.items():
+            self.requests[phase] += 1
+            status = interaction.response.status_code if interaction.response else None
+            if status is None or status < 500:
+                continue
+            label = recorder.cases[case_id].value.operation.label
+            if status == 503 and label in documented_503:
+                continue
+            self.server_errors.append(f"{phase}: {label}: {status} "
+                                      f"{interaction.request.uri}")
+        for checks in recorder.checks.values():
+            for check in checks:
+                if check.status == Status.FAILURE and check.failure_info is not None:
+                    info = check.failure_info
+                    self.failed.append(f"{recorder.label}: {check.name}: "
+                                       f"{info.failure.title}\n{info.failure.message}\n"
+                                       f"{info.code_sample}")
 
 
 #: Run on its own app (test_erasure_keeps_the_contract): an erasure rewrites the lake,
@@ -119,17 +147,20 @@ _AUTH = {"openapi": {"serverKey": {"api_key": SERVER_KEY},
                      "adminBearer": {"bearer": ADMIN_KEY}}}
 
 
-def _run(app, operations: list[dict], examples: int, *, only: str | None = None
-         ) -> Counter[str]:
-    """Schemathesis's every check (`--checks all`) in every phase but the stateful one (no
-    links between operations): examples, coverage (boundary and invalid values of each
-    parameter) and fuzzing (`examples` cases each), positive and negative data, with the
-    credentials a real client sends; `only`: that one operation ("METHOD /path"). Asserts
-    no check failed; returns the cases run per operation."""
+def _run(app, operations: list[dict], examples: int, *, only: str | None = None,
+         stateful: int = 0) -> Counter[str]:
+    """Schemathesis's every check (`--checks all`) in every phase: examples, coverage
+    (boundary and invalid values of each parameter), fuzzing (`examples` cases each),
+    positive and negative data, and, `stateful` > 0, that many scenarios of the stateful
+    phase along the document's links; with the credentials a real client sends (the
+    server's key and the admin key); `only`: that one operation ("METHOD /path"). Asserts
+    no check failed and no answer was a 5xx but a documented 503; returns the cases run per
+    operation."""
     config = SchemathesisConfig.from_dict({
         "checks": {"enabled": True},
         "generation": {"max-examples": examples, "mode": "all"},
-        "phases": {"stateful": {"enabled": False}},
+        "phases": {"stateful": {"enabled": stateful > 0,
+                                "generation": {"max-examples": max(stateful, 1)}}},
         "seed": 1,
         "auth": _AUTH,
         "operations": operations,
@@ -138,12 +169,23 @@ def _run(app, operations: list[dict], examples: int, *, only: str | None = None
     if only is not None:
         method, path = only.split(" ", 1)
         schema = schema.include(method=method, path=path)
-    failed, cases, spent, seconds = _failures(engine.from_schema(schema).execute())
-    print(f"schemathesis: {sum(cases.values())} cases in {seconds:.0f} s")
-    for operation in sorted(cases, key=lambda op: -spent[op]):
-        print(f"  {operation}: {cases[operation]} cases, {spent[operation]:.1f} s")
-    assert not failed, f"{len(failed)} failed checks:\n\n" + "\n\n".join(failed[:30])
-    return cases
+    documented_503 = {f"{method.upper()} {path}"
+                      for path, ops in app.openapi()["paths"].items()
+                      for method, op in ops.items() if "503" in op["responses"]}
+    run = _Run()
+    run.read(engine.from_schema(schema).execute(), documented_503)
+    phases = ", ".join(f"{phase} {count}" for phase, count in sorted(run.requests.items()))
+    print(f"schemathesis: {sum(run.requests.values())} requests ({phases}), "
+          f"{len(run.server_errors)} 5xx other than a documented 503, "
+          f"{sum(run.cases.values())} cases, in {run.seconds:.0f} s")
+    for operation in sorted(run.cases, key=lambda op: -run.spent[op]):
+        print(f"  {operation}: {run.cases[operation]} cases, {run.spent[operation]:.1f} s")
+    assert not run.server_errors, "\n".join(run.server_errors[:30])
+    assert not run.failed, f"{len(run.failed)} failed checks:\n\n" + "\n\n".join(
+        run.failed[:30])
+    if stateful:
+        assert run.requests["stateful"] > 0, run.requests
+    return run.cases
 
 
 def _operations(app) -> dict[str, bool]:
@@ -178,9 +220,9 @@ def test_every_operation_keeps_the_contract(contract_app):
          "checks": {"positive_data_acceptance": {"expected-statuses": [*_ACCEPTED, 422]}}},
         {"include-path": "/v1/admin/players/{player_id}", "include-method": "DELETE",
          "enabled": False},
-    ], EXAMPLES)
+    ], EXAMPLES, stateful=STATEFUL_EXAMPLES)
     operations = _operations(contract_app.app)
-    assert set(cases) == set(operations) - {ERASE}
+    assert set(cases) - {"Stateful tests"} == set(operations) - {ERASE}
     # An operation without inputs has only a handful of distinct requests to make.
     assert all(cases[op] >= EXAMPLES for op, has_inputs in operations.items()
                if has_inputs and op in cases)

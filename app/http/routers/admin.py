@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.http.auth import ADMIN_BEARER, ADMIN_KEY, check_admin, token_of
 from app.http.errors import ApiError, documented
@@ -34,6 +34,9 @@ _AUTH_RESPONSES = documented(401, 403, 413, 422, 503, s401="no admin key",
 class PlayerAction(BaseModel):
     """A ban or an unban of one player."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"player_id": "p001", "reason": "aimbot, confirmed by replay review"}]})
+
     player_id: str = Field(pattern=ID_PATTERN, description=ID_RULE)
     reason: str = Field("", max_length=500, description="why (kept in the lake's tombstone)")
 
@@ -49,6 +52,10 @@ class VoidAction(BaseModel):
     """A void: a match (every player's result) or one player's result in it counts nowhere
     from now on. A void of a match not landed yet is recorded: its events will not count
     when they arrive. No un-void: a corrected result is a new submission, new match_id."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"match_id": "m-2026-12-01-17", "reason": "a replayed match"},
+        {"match_id": "m-2026-12-01-17", "player_id": "p001", "reason": "disconnect abuse"}]})
 
     match_id: str = Field(min_length=1, max_length=128, pattern=MATCH_ID_PATTERN,
                           description="the match to void (1-128 printable characters)")

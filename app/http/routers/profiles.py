@@ -51,6 +51,8 @@ router = APIRouter(tags=["profiles"])
 #: and answered 422 with a specific error code.
 PROFILE_BODY_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["display_name"], "additionalProperties": False,
+    "examples": [{"display_name": "Zoë Kim", "country": "KR",
+                  "avatar_url": "https://cdn.example.com/avatars/zoe.png"}],
     "properties": {
         "display_name": {"type": "string", "minLength": 1, "maxLength": DISPLAY_NAME_RAW_MAX,
                          "description": f"1-{DISPLAY_NAME_MAX} printable Unicode characters "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.http.errors import ApiError, documented
 from app.http.routers.admin import AdminDep, _body
@@ -33,6 +33,9 @@ _ID_RULE = ("`<ingest_date>.<writer>.<seq>.<row>.<digest>`, as listed (e.g. "
 
 class ReleaseRequest(BaseModel):
     """The quarantined rows to land, by id."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"ids": ["2026-12-01.http.12.3.5f0c2a9e"]}]})
 
     ids: list[Annotated[str, Field(pattern=QUARANTINE_ID_PATTERN)]] = Field(
         min_length=1, max_length=MAX_RELEASE,

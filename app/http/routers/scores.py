@@ -48,11 +48,13 @@ SCORE_BODY_SCHEMA: dict[str, Any] = {
                                                     "(within its bounds)"},
         "delta": {"type": "integer", "description": "points added to the player's total, for "
                                                     "a sum board (within its bounds)"},
-        "event_time": {**_FIELDS["event_time"],
-                       "description": "when it was scored (RFC 3339 with an offset); default: "
-                                      "the server's clock at landing"},
+        "event_time": {**_FIELDS["event_time"], "type": ["string", "null"],
+                       "description": "when it was scored (RFC 3339 with an offset); absent "
+                                      "or null: the server's clock at landing"},
     },
     "oneOf": [{"required": ["score"]}, {"required": ["delta"]}],
+    "examples": [{"player_id": "p001", "match_id": "race-1", "score": 65_000,
+                  "event_time": "2026-12-01T17:00:00Z"}],
 }
 
 
@@ -183,7 +185,10 @@ async def submit_score(
     # A score is one event of the server's rate (429 with Retry-After, before anything lands).
     await run_in_threadpool(check_rate, service.client, keys, server_id, 1)
     field = found.score_field
-    event_time = data.get("event_time") or service.settings.now().isoformat()
+    # Absent or null: the server's clock; any string (an empty one too) is judged as sent.
+    event_time = data.get("event_time")
+    if event_time is None:
+        event_time = service.settings.now().isoformat()
     table = pa.table({
         "match_id": pa.array([data["match_id"]], pa.string()),
         "player_id": pa.array([data["player_id"]], pa.string()),
