@@ -216,7 +216,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _cmd_batch(args: argparse.Namespace) -> int:
     from jobs.batch import FullAfterRetention, OpenNightRefused, run_batch
-    from jobs.publish import RewindRefused
+    from jobs.publish import PublishError, RewindRefused, not_published
     from jobs.warehouse import refresh_warehouse
 
     settings = _settings(args)
@@ -233,6 +233,9 @@ def _cmd_batch(args: argparse.Namespace) -> int:
                                allow_open_day=args.allow_open_day)
         except (RewindRefused, FullAfterRetention, OpenNightRefused) as exc:
             raise UsageError(str(exc)) from None
+        except PublishError as exc:
+            err.print(f"[red]error:[/red] {not_published(settings.lake_dir, as_of, exc)}")
+            return 1
         status.update("refreshing the analysts' warehouse")
         warehouse = refresh_warehouse(settings.data_dir, settings.registry)
         speed = _speed_layer(settings, start=False)

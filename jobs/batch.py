@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.erase import repair_stopped, stopped_erasures
-from jobs.publish import PublishError, RewindRefused, StandingsWriter, seal
+from jobs.publish import PublishError, RewindRefused, StandingsWriter, not_published, seal
 from jobs.retention import deleted_through
 from jobs.revoid import Revoid, plan_revoid
 from jobs.spec import (
@@ -1031,14 +1031,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings.from_env(data_dir=args.data, config=args.config, engine=args.engine)
     bind_registry(settings.lake_dir, settings.registry)
+    as_of = date.fromisoformat(args.as_of)
     try:
-        result = run_batch(settings, date.fromisoformat(args.as_of), full=args.full,
+        result = run_batch(settings, as_of, full=args.full,
                            step=lambda message: print(message, file=sys.stderr),
                            allow_rewind=args.allow_rewind, now=settings.now(),
                            allow_open_day=args.allow_open_day)
     except (RewindRefused, FullAfterRetention, OpenNightRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except PublishError as exc:
+        print(f"error: {not_published(settings.lake_dir, as_of, exc)}", file=sys.stderr)
+        return 1
     print(result.manifest.version)
     return 0
 

@@ -33,6 +33,7 @@ __all__ = [
     "RewindRefused",
     "StandingsWriter",
     "check_standings",
+    "not_published",
     "seal",
     "window_runs",
 ]
@@ -46,6 +47,17 @@ _FLUSH_ROWS = 1_000_000
 
 class PublishError(RuntimeError):
     """A version failed a check; it is not published and the old one stays live."""
+
+
+def not_published(lake: Path, as_of: date, error: PublishError) -> str:
+    """The sentence an operator reads when a night's version failed one of its own checks:
+    what failed, that readers are unharmed (the live version stays), and what to do next."""
+    live = read_current(lake)
+    served = f"the live version {live.version} is unchanged" if live else "nothing is live yet"
+    return (f"the batch as of {as_of} did not publish: {error}. Readers are unaffected "
+            f"({served}). Accepted input should never fail this check: keep the data dir "
+            "as it is, report the message with the batch's log, and run the night again "
+            f"(`leaderboard batch --as-of {as_of}`) once it is fixed")
 
 
 class RewindRefused(PublishError):

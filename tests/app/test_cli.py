@@ -406,6 +406,37 @@ def test_batch_refuses_to_move_the_live_pointer_back(data, tmp_path, capsys):
     assert json.loads(pointer.read_text())["version"] == summary["version"]
 
 
+def test_a_batch_failing_its_own_check_says_so_in_a_sentence(data, tmp_path, capsys,
+                                                              monkeypatch):
+    """A version that fails one of the batch's checks exits 1 with a sentence naming the
+    check and the live version readers keep, not a traceback; the pointer is unchanged."""
+    import jobs.batch
+    from jobs.publish import PublishError
+
+    good = tmp_path / "ok.jsonl"
+    good.write_text(json.dumps(dict(GOOD, event_time="2026-11-28T10:00:00Z")) + "\n")
+    assert main(["--now", "2026-11-28T12:00:00Z", "ingest", str(good)]) == 0
+    assert main(["--now", "2026-11-30T01:00:00Z", "batch", "--as-of", "2026-11-28"]) == 0
+    pointer = data / "lake" / "manifests" / "current.json"
+    live = pointer.read_bytes()
+    version = json.loads(live)["version"]
+
+    def failing_check(*args, **names):
+        raise PublishError("rollups count 1 events, expected 2")
+
+    monkeypatch.setattr(jobs.batch, "_checked_manifest", failing_check)
+    capsys.readouterr()
+    assert main(["--now", "2026-11-30T01:00:00Z", "batch", "--as-of", "2026-11-29"]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "the batch as of 2026-11-29 did not publish: rollups count 1 events" in said
+    assert f"the live version {version} is unchanged" in said
+    assert "Traceback" not in said
+    assert pointer.read_bytes() == live
+    assert jobs.batch.main(["--data", str(data), "--as-of", "2026-11-29"]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "did not publish: rollups count 1 events" in said
+
+
 def test_batch_of_today_is_refused_unless_allowed_and_then_later_events_stay_live(
         data, tmp_path, capsys):
     """`batch --as-of <today>` exits 2 naming the last night that may run and the flag;
