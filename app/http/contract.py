@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.http.errors import ERROR_BODY
 from app.http.routers.scores import SCORES_PATH
 from leaderboard.registry import Board, Registry
 
@@ -109,6 +110,25 @@ def _bind(spec: dict[str, Any], registry: Registry) -> None:
                     body["properties"][field]["maximum"] = max(b.max_points for b in takes)
 
 
+#: What the server answers before any route, to a request that is not valid HTTP/1.1
+#: (app.http.transport): any operation may get it, so each documents it.
+_NOT_HTTP = ("`bad_http_request`: the request is not valid HTTP/1.1 (a request line or URL "
+             "over 64 KiB, both Content-Length and Transfer-Encoding, a malformed header), "
+             "answered by the server before the route; the connection is closed")
+
+
+def _transport_answers(spec: dict[str, Any]) -> None:
+    """Every operation's 400 names the server's own (app.http.transport)."""
+    for operations in spec.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation["responses"]
+            if "400" in responses:
+                responses["400"]["description"] += f"; or {_NOT_HTTP}"
+            else:
+                responses["400"] = {"description": _NOT_HTTP, "content": {
+                    "application/json": {"schema": ERROR_BODY}}}
+
+
 def _link(spec: dict[str, Any], registry: Registry) -> None:
     """LINKS into the document, each naming its target by operationId."""
     def operation(label: str) -> dict[str, Any]:
@@ -135,6 +155,7 @@ def bind_openapi(app: FastAPI, registry: Registry) -> Callable[[], dict[str, Any
                 routes=app.routes))
             _bind(spec, registry)
             _link(spec, registry)
+            _transport_answers(spec)
             app.openapi_schema = spec
         return app.openapi_schema
 

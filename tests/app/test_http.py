@@ -1067,6 +1067,17 @@ def test_a_request_that_is_not_http_is_answered_in_json(protocol, raw):
     assert json.loads(transport.BAD_HTTP_REQUEST)["error"] == "bad_http_request"
 
 
+def test_every_operation_documents_the_servers_own_400(reader):
+    """Any request may be answered 400 `bad_http_request` by the server before its route
+    (a URL over 64 KiB on a read): every operation of the document lists it."""
+    paths = reader.get("/openapi.json").json()["paths"]
+    answers = [op["responses"].get("400", {}) for ops in paths.values() for op in ops.values()]
+    assert answers
+    assert all("bad_http_request" in a.get("description", "") for a in answers), answers
+    assert all(a["content"]["application/json"]["schema"]["required"] == ["error", "message"]
+               for a in answers)
+
+
 def test_an_unforeseen_failure_is_a_json_500(world, monkeypatch):
     """A route that fails by a bug (fault injected: the boards listing raises) answers the
     error shape, 500 `internal_error`, not uvicorn's text."""
