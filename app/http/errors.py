@@ -100,7 +100,7 @@ def _rule(error: Mapping[str, Any]) -> str:
 
 #: How much of a bad value an error answer shows: enough to recognise it, never the value
 #: whole (a 10 MB field is not echoed back, twice).
-SHOWN_PREFIX = 40
+SHOWN_PREFIX = 64
 
 
 def _prefix(value: Any) -> Any:
@@ -171,8 +171,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        message = {404: f"no route {request.url.path}; see /docs for the API",
-                   405: f"{request.method} is not allowed on {request.url.path}"}.get(
+        path = _prefix(request.url.path)
+        message = {404: f"no route {path}; see /docs for the API",
+                   405: f"{request.method} is not allowed on {path}"}.get(
             exc.status_code, str(exc.detail))
         headers = dict(exc.headers or {})
         if exc.status_code == 405:

@@ -668,7 +668,18 @@ def test_an_admin_error_shows_a_short_prefix_of_the_bad_value(world, route, body
     assert len(answer.content) < 1000, answer.text[:300]
     got = [e["got"] for e in answer.json()["errors"] if e["got"] is not None]
     assert got, answer.text
-    assert all(g.endswith("...") and len(g) <= 43 for g in got), got
+    assert all(g.endswith("...") and len(g) <= 67 for g in got), got
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/v1/" + "x" * 60_000, 404),
+    ("DELETE", "/v1/players/" + "x" * 60_000 + "/profile", 405)])
+def test_a_long_path_is_named_by_a_prefix(reader, method, path, status):
+    """A 404 or 405 names the path by a prefix, not the whole (a 60 KB path came back)."""
+    answer = reader.request(method, path)
+    assert answer.status_code == status
+    assert len(answer.content) < 1000, answer.text[:300]
+    assert "x" * 20 + "..." in answer.json()["message"]
 
 
 def test_a_read_error_shows_a_short_prefix_of_the_bad_value(reader):
@@ -676,7 +687,7 @@ def test_a_read_error_shows_a_short_prefix_of_the_bad_value(reader):
     answer = reader.get("/v1/boards/global/top", params={"window": "w" * 60_000})
     assert answer.status_code == 422
     assert len(answer.content) < 1000, answer.text[:300]
-    assert answer.json()["errors"][0]["got"] == "w" * 40 + "..."
+    assert answer.json()["errors"][0]["got"] == "w" * 64 + "..."
 
 
 def test_ban_and_unban_show_in_the_next_read(world):
