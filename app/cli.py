@@ -814,8 +814,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from app.http.transport import JSON_HTTP
 
     # JSON_HTTP: uvicorn's own 400s (a request that is not valid HTTP) in the API's shape.
+    # ws="none": the API has no WebSocket route, and uvicorn's WebSocket handling would
+    # answer any request with `Upgrade: websocket` itself, in text; without it the route
+    # answers, in JSON.
     uvicorn.run("app.http:create_app_from_env", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, http=JSON_HTTP)
+                workers=args.workers, log_level=args.log_level, http=JSON_HTTP, ws="none")
     return 0
 
 

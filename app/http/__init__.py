@@ -1,8 +1,8 @@
 """The HTTP API for the game: ingest match results, read merged leaderboards, operate.
 
 Usage: leaderboard serve [--host 127.0.0.1] [--port 8000] [--workers N]
-       (or any ASGI server: `uvicorn --factory app.http:create_app_from_env
-       --http app.http.transport:JsonHttpToolsProtocol`, whose parser's 400s are then JSON)
+       (or uvicorn itself: `uvicorn --factory app.http:create_app_from_env
+       --http app.http.transport:JSON_HTTP --ws none`, whose own 400s are then JSON)
 
 The composition root, and nothing else: `create_app` builds the app's `Service`
 (`app.http.service`), installs the error mapping (`errors`) and the latency middleware

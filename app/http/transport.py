@@ -6,7 +6,10 @@ uvicorn's parser refuses it with a text/plain 400 and closes the connection. The
 subclasses answer the same 400 in the JSON shape every other error has
 (`{"error": "bad_http_request", "message": ...}`), so a client parses one error format.
 `leaderboard serve` runs `JSON_HTTP` (httptools when installed, as uvicorn's `auto`; else
-h11); another uvicorn takes it by `--http app.http.transport:JsonHttpToolsProtocol`.
+h11), with uvicorn's WebSocket handling off (`ws="none"`: the API has no WebSocket route, and
+uvicorn would answer an `Upgrade: websocket` request itself, in text). Another uvicorn takes
+the same by `--http app.http.transport:JSON_HTTP --ws none`: `JSON_HTTP` exists whether or
+not httptools is installed (`JsonHttpToolsProtocol` only when it is).
 """
 
 from __future__ import annotations

@@ -1019,6 +1019,39 @@ def _raw_answer(port: int, raw: bytes) -> tuple[int, bytes]:
     return _split_answer(answer)
 
 
+def _answer_of(port: int, raw: bytes) -> tuple[int, bytes]:
+    """Send bytes on a new connection; (status, body) of the one answer, read by its
+    Content-Length (the connection may stay open)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not _whole(answer):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return _split_answer(answer)
+
+
+def _whole(answer: bytes) -> bool:
+    """Whether an answer's body is all there by its Content-Length (none: wait for close)."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b": ")
+        if name.lower() == b"content-length":
+            return len(body) >= int(value)
+    return False
+
+
+#: WebSocket handshakes, a malformed and a valid one: the API has no WebSocket route, so
+#: the route answers them as plain requests.
+_UPGRADES = {
+    key: (b"GET /v1/boards HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+          b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
+          + key + b"\r\n\r\n")
+    for key in (b"bad", b"dGhlIHNhbXBsZSBub25jZQ==")}
+
+
 class _Transport(asyncio.Transport):
     """The socket under a protocol: what it is written, whether it was closed."""
 
@@ -1127,8 +1160,15 @@ def test_leaderboard_serve(published, tmp_path, redis_client, redis_server):
             posted = http.post("/v1/events", json={"events": [EVENT]})
             assert posted.status_code == 200, posted.text
         # What uvicorn's parser refuses before the app sees it: the JSON error shape too.
+        port = int(base.rsplit(":", 1)[1])
         for raw in _NOT_HTTP.values():
-            assert _raw_answer(int(base.rsplit(":", 1)[1]), raw) == (400, BAD_HTTP_REQUEST)
+            assert _raw_answer(port, raw) == (400, BAD_HTTP_REQUEST)
+        # A WebSocket handshake, good or bad, reaches the route (no WebSocket handling):
+        # the boards listing in JSON, never a text answer echoing the client's header.
+        boards = httpx.get(f"{base}/v1/boards", timeout=5).json()
+        for raw in _UPGRADES.values():
+            status, body = _answer_of(port, raw)
+            assert (status, json.loads(body)) == (200, boards), body
     assert [r["server_id"] for r in _lake_rows(settings.lake_dir) if r["match_id"] == "h1"] == [
         "eu-1"]
 
