@@ -188,6 +188,24 @@ def test_an_api_key_write_with_a_request_id_is_applied_once(http):
     assert bad.json()["error"] == "bad_request_id"
 
 
+def test_a_request_id_sent_with_another_request_is_refused(http):
+    """X-Request-Id names one request: sent again within the window with another player or
+    another body, it is a 422 request_id_reused and saves nothing (not a 200 or 404 as if
+    the write had been applied); the first request sent again is still a repeat."""
+    with_id = dict(AUTH, **{"X-Request-Id": "r-1"})
+    assert _put(http, "bob", {"display_name": "Bobby"}, with_id).status_code == 200
+    for player, body in (("ann", {"display_name": "Annie"}),
+                         ("bob", {"display_name": "Robert"})):
+        answer = _put(http, player, body, with_id)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"] == "request_id_reused"
+        assert "new id" in answer.json()["message"]
+    assert not history_of(http.lake, "ann")
+    assert [p.display_name for p in history_of(http.lake, "bob")] == ["Bobby"]
+    repeat = _put(http, "bob", {"display_name": "Bobby"}, with_id)
+    assert (repeat.status_code, repeat.headers["idempotent-replayed"]) == (200, "true")
+
+
 @pytest.mark.parametrize(("headers", "status"), [
     ({}, 401), ({"Authorization": "Bearer not-a-key-0123456789"}, 403),
     ({"X-API-Key": ADMIN}, 403),  # the admin key is not a game server's

@@ -27,7 +27,7 @@ from app.http.auth import (
 from app.http.errors import ApiError, documented
 from app.http.params import PlayerId, json_answer
 from app.http.ratelimit import check_rate
-from app.http.replay import REQUEST_ID_RULE, applied_once, checked_request_id
+from app.http.replay import REQUEST_ID_RULE, applied_once, checked_request_id, request_digest
 from app.http.routers.ingest import server_and_body
 from app.http.service import Service, ServiceDep
 from leaderboard.erasure import ErasureRunning, erasure_barrier
@@ -163,7 +163,10 @@ def _write(service: Service, profile: Profile, server_id: str) -> Profile:
                                          "invalid_avatar_url or invalid_profile; `erased` "
                                          "for an erased player's id; `bad_request_id` for "
                                          "an X-Request-Id that is not "
-                                         + REQUEST_ID_RULE,
+                                         + REQUEST_ID_RULE + "; `request_id_reused` for "
+                                         "an X-Request-Id sent within 10 minutes with "
+                                         "another request (another player or body): "
+                                         "nothing saved",
                                     s503="nothing was saved while a player's data is being "
                                          "erased (`erasure_running`), or saved but not "
                                          "cached (Redis unavailable, `unavailable`): send "
@@ -178,9 +181,10 @@ async def put_profile(
     x_timestamp: Annotated[str | None, Header(description="Unix seconds the signature "
                                                           "covers (with X-Signature)")] = None,
     x_request_id: Annotated[str | None, Header(
-        description=f"with an API key: this write's id ({REQUEST_ID_RULE}); a repeat within "
-                    "10 minutes is answered with the profile and saves nothing. A signed "
-                    "write's id is its signature")] = None,
+        description=f"with an API key: this write's id ({REQUEST_ID_RULE}); a repeat of "
+                    "the same request within 10 minutes is answered with the profile and "
+                    "saves nothing, the id with another request is a 422. A signed write's "
+                    "id is its signature")] = None,
 ) -> Any:
     """A game server's credential, as for `POST /v1/events`, and its rate limit: a write is
     one event of its bucket. Latest write wins; every write is kept in the lake's profile
@@ -194,7 +198,8 @@ async def put_profile(
     signed = token_of(bearer, x_api_key) is None  # authenticated by its signature
     request_id = ("sig:" + signature_hex(x_signature or "") if signed
                   else checked_request_id(x_request_id))
-    with applied_once(service.client, server_id, request_id) as apply:
+    digest = request_digest(request.method, request.url.path, body)
+    with applied_once(service.client, server_id, request_id, digest) as apply:
         if not apply:
             return _repeated(service, player_id)
         try:
