@@ -49,13 +49,13 @@ from leaderboard.bans import banned_players
 from leaderboard.binding import bind_registry, board_digests, rollup_layout
 from leaderboard.calendar import ALL_TIME, Calendar
 from leaderboard.erasure import erasure_barrier
+from leaderboard.event_dates import event_date_range
 from leaderboard.faults import checkpoint
 from leaderboard.lake import (
     ROW_GROUP_SIZE,
     LandedFile,
     absorbed_with_compactions,
     landed_files,
-    stamp_range,
 )
 from leaderboard.manifest import (
     ROLLUP_INDEX_SCHEMA,
@@ -594,12 +594,10 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step,
     first_day = min([f.ingest_date for f in files] + [as_of]) - timedelta(days=1)
     # An event may lie ahead of its landing by up to future_skew (days, with a wide skew):
     # the calendar reaches its date, so it counts in the window its event_time falls in.
+    # Raw events of old dates may be gone (retention); the base's rollups are not.
     last_day = as_of + timedelta(days=1)
-    if (span := _event_date_range(files, registry.calendar)) is not None:
-        first_day, last_day = min(first_day, span[0]), max(last_day, span[1])
-    if base is not None:  # raw events of old dates may be gone (retention); rollups are not
-        earliest, latest = _rollup_date_range(lake, base)
-        first_day, last_day = min(first_day, earliest), max(last_day, latest)
+    if (span := event_date_range(lake, files, base)) is not None:
+        first_day, last_day = _within(registry.calendar, span, first_day, last_day)
     return _Plan(
         as_of=as_of, run=run, started=started, watermark=watermark, files=files, base=base,
         mode=mode, calendar=calendar_table(registry, first_day, last_day),
@@ -995,25 +993,14 @@ def _checked_manifest(lake: Path, registry: Registry, plan: _Plan, rolled: _Roll
     )
 
 
-def _event_date_range(files: list[Any], calendar: Calendar) -> tuple[date, date] | None:
-    """The earliest and latest event dates in the landed files, from Parquet statistics (no
-    data read): never before the calendar's all_time_start (no event counts before it) nor
-    after its all_time_end (a file without statistics may hold anything); None: no rows."""
-    low, high = datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC)
-    for landed in files:
-        first, last = stamp_range(landed.path, "event_time")
-        low, high = min(low, first), max(high, last)
-    if low > high:
-        return None
-    return (max(low.date(), calendar.all_time_start),
-            max(min(high.date(), calendar.all_time_end), calendar.all_time_start))
-
-
-def _rollup_date_range(lake: Path, base: Manifest) -> tuple[date, date]:
-    """The earliest and latest event dates the base version's rollups hold (the calendar
-    must cover them even after retention deleted the raw events of those dates)."""
-    dates = [date.fromisoformat(d) for d in base.rollups(lake)]
-    return min(dates, default=base.as_of_date), max(dates, default=base.as_of_date)
+def _within(calendar: Calendar, span: tuple[date, date], first_day: date, last_day: date
+            ) -> tuple[date, date]:
+    """The run's calendar days widened to the lake's event dates `span`, never before the
+    calendar's all_time_start (no event counts before it) nor after its all_time_end
+    (ingest refuses events outside them; a file without statistics may hold anything)."""
+    low = max(span[0], calendar.all_time_start)
+    high = max(min(span[1], calendar.all_time_end), calendar.all_time_start)
+    return min(first_day, low), max(last_day, high)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,9 +8,10 @@ fingerprint in `lake/registry.json`, and every later command with another regist
 refused, saying which registry is bound, which was given, and what to do. A deliberate edit
 of the bound registry is rebound with `leaderboard lake rebind`.
 
-A rebind is refused when the edited registry's calendar starts after events the lake already
-holds (calendar.all_time_start moved past them): ingest refuses such events, so no layer has
-a window for them, and the nightly batch could not account for them.
+A rebind is refused when the edited registry's calendar leaves out events the lake already
+holds (calendar.all_time_start moved past them, or all_time_end to or before them): ingest
+refuses such events, so no layer has a window for them, and the nightly batch could not
+account for them.
 
 After a rebind the next batch builds on the live version whenever the rollups mean the same
 under both registries (`rollup_layout`: the lateness bits and the calendar): the boards
@@ -26,11 +27,12 @@ import hashlib
 import json
 import os
 from dataclasses import asdict
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from leaderboard.lake import atomic_write_bytes, fsync_dir, landed_files, stamp_range
+from leaderboard.event_dates import event_date_range
+from leaderboard.lake import atomic_write_bytes, fsync_dir, landed_files
 from leaderboard.lateness import lateness_bits
 from leaderboard.manifest import read_current
 from leaderboard.registry import Registry, RegistryError
@@ -79,7 +81,7 @@ def bind_registry(lake: Path, registry: Registry, *, rebind: bool = False) -> No
     commands racing with different registries cannot both win.
     """
     if rebind:
-        _check_calendar_start(lake, registry)
+        _check_calendar_span(lake, registry)
         _check_rebuildable(lake, registry)
         lake.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(_path(lake), _record(registry))
@@ -113,30 +115,30 @@ def bind_registry(lake: Path, registry: Registry, *, rebind: bool = False) -> No
             "rebind keeps)")
 
 
-def _earliest_event_date(lake: Path) -> date | None:
-    """The earliest event date the lake counts: landed events (Parquet statistics, no rows
-    read) and the live version's rollups (raw events of old dates may be gone)."""
-    found = [stamp_range(f.path, "event_time")[0].date() for f in landed_files(lake)]
-    live = read_current(lake)
-    if live is not None:
-        found.extend(date.fromisoformat(day) for day in live.rollups(lake))
-    return min(found, default=None)
-
-
-def _check_calendar_start(lake: Path, registry: Registry) -> None:
-    """Refuse a registry whose all-time calendar starts after events already accepted."""
-    start = registry.calendar.all_time_start
-    earliest = _earliest_event_date(lake)
-    if earliest is None or earliest >= start:
+def _check_calendar_span(lake: Path, registry: Registry) -> None:
+    """Refuse a registry whose all-time calendar leaves out events already accepted: landed
+    (Parquet statistics, no rows read) or in the live version's rollups (raw events of old
+    dates may be gone)."""
+    span = event_date_range(lake, landed_files(lake), read_current(lake))
+    if span is None:
         return
+    (earliest, latest), calendar = span, registry.calendar
     record = bound_registry(lake)
     bound = ("" if record is None else f"; the data dir stays bound to {record.get('source')} "
              f"(fingerprint {record['fingerprint']})")
-    raise RegistryBindingError(
-        f"{registry.source} starts the calendar on {start} (calendar.all_time_start), after "
-        f"events the lake already holds (the earliest on {earliest}): they would count in no "
-        f"window. Set all_time_start to {earliest} or earlier and run `leaderboard lake "
-        f"rebind` again{bound}")
+    if earliest < calendar.all_time_start:
+        raise RegistryBindingError(
+            f"{registry.source} starts the calendar on {calendar.all_time_start} "
+            f"(calendar.all_time_start), after events the lake already holds (the earliest on "
+            f"{earliest}): they would count in no window. Set all_time_start to {earliest} or "
+            f"earlier and run `leaderboard lake rebind` again{bound}")
+    if latest >= calendar.all_time_end:
+        raise RegistryBindingError(
+            f"{registry.source} ends the calendar on {calendar.all_time_end} "
+            f"(calendar.all_time_end), at or before events the lake already holds (the latest "
+            f"on {latest}): they would count in no window. Set all_time_end to "
+            f"{latest + timedelta(days=1)} or later and run `leaderboard lake rebind` "
+            f"again{bound}")
 
 
 def _digest(value: object) -> str:

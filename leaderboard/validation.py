@@ -90,6 +90,7 @@ REASONS: dict[str, str] = {
     "unknown_mode": "mode is not in the registry",
     "before_calendar_start": "event_time is before the calendar's all_time_start",
     "event_time_in_future": "event_time is ahead of the landing clock by more than future_skew",
+    "after_calendar_end": "event_time is on or after the calendar's all_time_end",
     "points_out_of_bounds": "points outside a board's plausibility bounds",
     "sort_key_overflow": "points too large for an exact `earliest` sort key",
     "no_window": "event_time falls in no window of any board it belongs to",
@@ -438,6 +439,8 @@ class _Plan:
         region_code, mode_code = combo // (len(modes) + 1), combo % (len(modes) + 1)
         self.origin = epoch_us(datetime.combine(registry.calendar.all_time_start,
                                                datetime.min.time(), UTC))
+        self.horizon = epoch_us(datetime.combine(registry.calendar.all_time_end,
+                                                datetime.min.time(), UTC))
         self.applies = np.zeros((len(registry.boards), self.combos), dtype=bool)
         self.fits: list[int | None] = []
         low = [_INT64_MIN] * self.combos
@@ -730,7 +733,8 @@ def _check_scopes(text: dict[str, pa.ChunkedArray], registry: Registry, plan: _P
 
 def _check_time_bounds(micros: npt.NDArray[np.int64], registry: Registry, plan: _Plan,
                        now: datetime, checks: _Checks) -> None:
-    """before_calendar_start, event_time_in_future."""
+    """before_calendar_start, event_time_in_future, after_calendar_end. The calendar's
+    bounds are the batch's too: an event outside them would count in no version."""
     checks.fail(micros < plan.origin, "before_calendar_start",
                 lambda i: f"event_time {_iso(int(micros[i]))} is before the calendar "
                           f"start {registry.calendar.all_time_start}")
@@ -738,6 +742,9 @@ def _check_time_bounds(micros: npt.NDArray[np.int64], registry: Registry, plan: 
     checks.fail(micros > limit, "event_time_in_future",
                 lambda i: f"event_time {_iso(int(micros[i]))} is more than "
                           f"{registry.future_skew} ahead of the landing clock {now.isoformat()}")
+    checks.fail(micros >= plan.horizon, "after_calendar_end",
+                lambda i: f"event_time {_iso(int(micros[i]))} is on or after the calendar "
+                          f"end {registry.calendar.all_time_end} (calendar.all_time_end)")
 
 
 def _landed_micros(ingested_at: datetime | pa.Array | pa.ChunkedArray | str | None,

@@ -488,6 +488,15 @@ def test_scope_points_are_the_exact_sums_by_scope(rows, banned, end):
     assert _add_scope_points({"global": 7}, table, banned, date(2026, 1, end)) == want
 
 
+def _now_and_ahead() -> list[dict]:
+    """Two events landed 2026-11-30T10:00: one of that instant, one 47 h ahead of it."""
+    landed_at = day("2026-11-30T10:00:00")
+    return [{"match_id": match_id, "player_id": player, "points": points,
+             "event_time": landed_at + timedelta(hours=ahead), "region": "na",
+             "mode": "ranked", "server_id": "s", "ingested_at": landed_at}
+            for match_id, player, points, ahead in (("now", "a", 5, 0), ("ahead", "b", 7, 47))]
+
+
 def test_an_event_ahead_of_its_landing_within_the_skew_counts_in_its_own_window(tmp_path):
     """With future_skew = 3d, an event 47 h ahead of its landing is accepted; every night
     publishes, the event counts in the daily (and weekly...) window its event_time falls
@@ -496,14 +505,7 @@ def test_an_event_ahead_of_its_landing_within_the_skew_counts_in_its_own_window(
     raw = dict(EXOTIC, limits={"grace": "1d", "future_skew": "3d"})
     write_registry(config, raw)
     registry = registry_from(raw)
-    landed_at = day("2026-11-30T10:00:00")
-    events = [
-        {"match_id": "now", "player_id": "a", "points": 5, "event_time": landed_at,
-         "region": "na", "mode": "ranked", "server_id": "s", "ingested_at": landed_at},
-        {"match_id": "ahead", "player_id": "b", "points": 7,
-         "event_time": landed_at + timedelta(hours=47), "region": "na", "mode": "ranked",
-         "server_id": "s", "ingested_at": landed_at},
-    ]
+    events = _now_and_ahead()
     assert land(tmp_path / "lake", registry, events) == 2
     for as_of in (date(2026, 11, 30), date(2026, 12, 1), date(2026, 12, 2)):
         run_batch(settings_for(tmp_path, str(config)), as_of)
@@ -515,10 +517,12 @@ def test_an_event_ahead_of_its_landing_within_the_skew_counts_in_its_own_window(
     assert {row[0] for row in got[("global", "all-time")]} == {"a", "b"}
 
 
-def test_a_rebind_moving_all_time_start_past_landed_events_is_refused(tmp_path):
-    """A registry edit that starts the calendar after events the lake holds is refused at
-    `lake rebind` (the binding stays), naming the earliest event date; moved onto that date
-    the rebind is accepted and the next night publishes every event."""
+@pytest.mark.parametrize("edge", ["start", "end"])
+def test_a_rebind_leaving_landed_events_outside_the_calendar_is_refused(tmp_path, edge):
+    """A registry edit whose calendar leaves out events the lake holds (all_time_start after
+    the earliest event date, or all_time_end on or before the latest) is refused at `lake
+    rebind` (the binding stays), naming that date and the bound that keeps it; with that
+    bound the rebind is accepted and the next night publishes every event."""
     from leaderboard.binding import RegistryBindingError, bind_registry, bound_registry
 
     config = tmp_path / "reg.toml"
@@ -531,17 +535,45 @@ def test_a_rebind_moving_all_time_start_past_landed_events_is_refused(tmp_path):
     land(lake, registry, events)
     run_batch(settings_for(tmp_path, str(config)), date(2026, 11, 30))
     earliest = min(e["event_time"] for e in events).date()
+    latest = max(e["event_time"] for e in events).date()
+    after = latest + timedelta(days=1)
+    refused, kept, says = {
+        "start": ({"all_time_start": (earliest + timedelta(days=1)).isoformat()},
+                  {"all_time_start": earliest.isoformat()}, f"the earliest on {earliest}"),
+        "end": ({"all_time_start": "2026-01-01", "all_time_end": latest.isoformat()},
+                {"all_time_start": "2026-01-01", "all_time_end": after.isoformat()},
+                f"the latest on {latest}.*Set all_time_end to {after} or later"),
+    }[edge]
     before = bound_registry(lake)
-    moved = dict(raw, calendar={"all_time_start": (earliest + timedelta(days=1)).isoformat()})
-    with pytest.raises(RegistryBindingError, match=f"the earliest on {earliest}"):
-        bind_registry(lake, registry_from(moved), rebind=True)
+    with pytest.raises(RegistryBindingError, match=says):
+        bind_registry(lake, registry_from(dict(raw, calendar=refused)), rebind=True)
     assert bound_registry(lake) == before
-    moved = dict(raw, calendar={"all_time_start": earliest.isoformat()})
+    moved = dict(raw, calendar=kept)
     write_registry(config, moved)
     bind_registry(lake, registry_from(moved), rebind=True)
     run_batch(settings_for(tmp_path, str(config)), date(2026, 12, 1))
     assert read_current(lake).as_of == "2026-12-01"
     assert_matches_reference(tmp_path, registry_from(moved), date(2026, 12, 1))
+
+
+def test_an_event_on_or_past_the_calendar_end_is_quarantined_and_nights_publish(tmp_path):
+    """An event within future_skew of its landing but on or after calendar.all_time_end is
+    refused at the door (after_calendar_end, in the quarantine), not landed: every night
+    publishes the other event and equals the reference."""
+    from leaderboard.quarantine import list_quarantine
+
+    config = tmp_path / "ending.toml"
+    raw = dict(EXOTIC, limits={"grace": "1d", "future_skew": "3d"},
+               calendar={"all_time_end": "2026-12-01"})
+    write_registry(config, raw)
+    registry = registry_from(raw)
+    events = _now_and_ahead()
+    assert land(tmp_path / "lake", registry, events) == 1
+    [held], _ = list_quarantine(tmp_path / "lake")
+    assert (held.values["match_id"], held.reason) == ("ahead", "after_calendar_end")
+    run_batch(settings_for(tmp_path, str(config)), date(2026, 11, 30))
+    assert read_current(tmp_path / "lake").inputs["events"] == 1
+    assert_matches_reference(tmp_path, registry, date(2026, 11, 30))
 
 
 def test_a_night_after_an_open_day_version_absorbs_what_landed_past_its_cut(tmp_path):

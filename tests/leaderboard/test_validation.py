@@ -98,6 +98,13 @@ def season_gap(make_registry: Callable[..., Registry]) -> Registry:
     return make_registry(mutate=mutate)
 
 
+@pytest.fixture
+def calendar_ending(make_registry: Callable[..., Registry]) -> Registry:
+    """An all-time calendar that ends on 2026-12-02 (the good rows lie on Dec 1)."""
+    return make_registry(mutate=lambda raw: raw.update(
+        calendar={"all_time_end": "2026-12-02"}))
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     bad: dict[str, str | None]
@@ -179,6 +186,9 @@ CASES: dict[str, Case] = {
                                      ("2026-12-02T12:05:01", "0:05:00", "2026-12-02T12:00:00")),
     "before calendar start": Case({"event_time": "1969-12-31T23:59:59Z"},
                                   "before_calendar_start", ("1969-12-31T23:59:59", "1970-01-01")),
+    "on the calendar end": Case({"event_time": "2026-12-02T00:00:00Z"}, "after_calendar_end",
+                                ("2026-12-02T00:00:00", "calendar end 2026-12-02"),
+                                registry="calendar_ending"),
     "in no window": Case({"event_time": "2026-11-16T10:00:00Z"}, "no_window",
                          ("2026-11-16T10:00:00", "no window"), registry="season_gap"),
     "too late": Case({"event_time": "2026-01-01T10:00:00Z"}, "too_late",
