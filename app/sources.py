@@ -7,9 +7,9 @@ quarantine rows with reason `unparseable`; only an unreadable file raises Source
 JSON is typed and CSV is not. In a JSON event every text field is a JSON string and `points`
 a JSON integer: `"points": "12"` or `"match_id": 5` is refused `bad_type` by both the CLI
 and the HTTP API (`json_row_problem`), and the row is quarantined with its values as sent
-(`json_field_text`: a value of the wrong type as its JSON text, so `"12"` keeps its quotes
-and a release judges it as sent). A CSV cell is text by the format's nature: `12` there is
-an integer.
+(`json_field_text`: a value of the wrong type as its JSON text, so `"12"` keeps its quotes;
+`7` in match_id is the text `7`, so the type is in the detail, and a release never lands a
+`bad_type` row). A CSV cell is text by the format's nature: `12` there is an integer.
 """
 
 from __future__ import annotations

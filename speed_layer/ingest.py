@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import redis
 
@@ -178,8 +179,9 @@ class Ingestor:
             )
         rejected = validated.rejected
         if unparseable is not None and unparseable.num_rows:
-            rejected = pa.concat_tables([rejected, unparseable.select(rejected.column_names)
-                                         .cast(rejected.schema)])
+            rejected = pa.concat_tables([rejected, _with_server(
+                unparseable.select(rejected.column_names).cast(rejected.schema),
+                default_server_id)])
         accepted, claim, admitted = validated.accepted, None, None
         prev = self.writer.last_event_seq
         if self.speed is not None:
@@ -249,6 +251,17 @@ class Ingestor:
             except redis.RedisError as exc:
                 report.fold_error = f"{type(exc).__name__}: {exc}"
         return report
+
+
+def _with_server(rows: pa.Table, default_server_id: str | None) -> pa.Table:
+    """The reader's refused rows with the batch's default server_id where they lack one, as
+    the validated rows beside them get it: one file's rows name one server, whatever their
+    reason (a row without it would be listed and released as `missing_field`)."""
+    if default_server_id is None:
+        return rows
+    index = rows.schema.get_field_index("server_id")
+    return rows.set_column(index, "server_id",
+                           pc.fill_null(rows.column(index), default_server_id))
 
 
 def _written_since(writer: LandingWriter, seq: int, now: datetime) -> list[pa.Table]:

@@ -142,6 +142,8 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                 outcomes[row_id] = Outcome(row_id, "rejected",
                                            "the player's data was erased; this row keeps only "
                                            "a hash of the id and can never land", "erased")
+            elif row.reason == "bad_type":
+                outcomes[row_id] = Outcome(row_id, "rejected", _mistyped(row), "bad_type")
             elif row.reason in SUBMISSION_REASONS:
                 outcomes[row_id] = Outcome(row_id, "rejected", (
                     f"{REASONS[row.reason]}: the submission does not say what was meant, "
@@ -161,6 +163,16 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
             with writer.landing():  # the door's claims are in flight only while this runs
                 fold_error = _land(speed, writer, todo, now, outcomes)
     return [outcomes[i] for i in unique], fold_error
+
+
+def _mistyped(row: QuarantineRow) -> str:
+    """Why a `bad_type` row never lands. A type is a fact of the row as sent, which no
+    registry edit or clock changes; and the quarantine keeps values as text, which can lose
+    the type (a JSON number or a Parquet float in a text field reads as valid text), so
+    validating the text again could land what ingest refused."""
+    return (f"{REASONS['bad_type']} ({row.detail}): a release lands a row as it was sent, "
+            "and a type stays wrong; it stays in the quarantine (send the row again, "
+            "corrected)")
 
 
 def _validated(speed: SpeedLayer, board: str | None, group: list[QuarantineRow],

@@ -74,6 +74,30 @@ def test_ingest_jsonl_lands_good_rows_and_quarantines_bad_ones(data, tmp_path, c
         "5", "line 8: match_id must be a JSON string, got a number")
 
 
+def test_a_mistyped_jsonl_row_keeps_the_default_server_and_its_release_says_bad_type(
+        data, tmp_path, capsys):
+    """A JSONL row refused bad_type without a server_id is quarantined with --server-id's
+    default, as the accepted rows beside it; releasing it answers `rejected`, `bad_type`
+    (the reason it was refused), never `missing_field`, and lands nothing, also when the
+    wrong type was a JSON number in a text field (`"match_id": 7`, `"player_id": 12345`)."""
+    source = tmp_path / "typed.jsonl"
+    rows = [dict(GOOD, match_id="t-str", points="12"), dict(GOOD, match_id="t-float", points=12.0),
+            dict(GOOD, match_id=7), dict(GOOD, match_id="t-num", player_id=12345)]
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, report = run_json(capsys, "ingest", str(source))
+    assert (code, report["total"]["reasons"]) == (0, {"bad_type": 4})
+    code, listed = run_json(capsys, "quarantine", "list")
+    assert code == 0
+    assert [(r["match_id"], r["server_id"]) for r in listed["rows"]] == [
+        ("t-str", "file"), ("t-float", "file"), ("7", "file"), ("t-num", "file")]
+    code, released = run_json(capsys, "quarantine", "release",
+                              *[r["id"] for r in listed["rows"]])
+    assert code == 1
+    assert [(r["status"], r.get("reason")) for r in released["results"]] == [
+        ("rejected", "bad_type")] * 4, released
+    assert not landed_rows(data)
+
+
 def test_ingest_csv_with_a_ragged_line(data, tmp_path, capsys):
     source = tmp_path / "events.csv"
     source.write_text("match_id,player_id,points,event_time,region,mode,server_id\n"

@@ -351,6 +351,22 @@ def test_a_wrong_type_is_quarantined_with_its_values_and_its_release_says_why(wo
     assert "typed-1" not in {r["match_id"] for r in _lake_rows(world.lake)}
 
 
+def test_a_number_in_a_text_field_is_still_refused_at_its_release(world):
+    """`"match_id": 7` and `"player_id": 12345` are refused bad_type; a release judges
+    them as they were sent (a number, not the text "7"): `rejected`, `bad_type`, nothing
+    lands."""
+    rows = [{**EVENT, "match_id": 7}, {**EVENT, "match_id": "num-player", "player_id": 12345}]
+    answer = _post(world, {"events": rows})
+    assert answer.status_code == 422, answer.text
+    quarantined = _quarantined(world, "bad_type")
+    assert [(q["match_id"], q["player_id"]) for q in quarantined] == [
+        ("7", EVENT["player_id"]), ("num-player", "12345")]
+    results = _release(world, [q["id"] for q in quarantined])
+    assert [(r["status"], r["reason"]) for r in results] == [("rejected", "bad_type")] * 2
+    assert all("must be a JSON string" in r["detail"] for r in results), results
+    assert not {"7", "num-player"} & {r["match_id"] for r in _lake_rows(world.lake)}
+
+
 @pytest.mark.parametrize(("body", "reason", "points"), [
     ({"player_id": "p1", "match_id": "lap-s", "score": "5"}, "bad_type", '"5"'),
     ({"player_id": "p1", "match_id": "lap-d", "delta": 5}, "score_expected", "5"),
