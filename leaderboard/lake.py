@@ -13,12 +13,12 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +57,7 @@ __all__ = [
     "open_landing_writes",
     "parse_landed_name",
     "quarantine_dir",
+    "read_listed",
     "stamp_range",
 ]
 
@@ -198,6 +199,27 @@ def landed_files(lake: Path, *, kind: str = "events",
         day = date.fromisoformat(part.parent.name.removeprefix("ingest_date="))
         found.append(LandedFile(parsed[0], parsed[1], day, part))
     return sorted(found)
+
+
+_T = TypeVar("_T")
+#: How many listings `read_listed` tries: each retry follows a compaction that deleted a file
+#: of the previous listing, and a partition is compacted once a night.
+LISTING_ATTEMPTS = 4
+
+
+def read_listed(listing: Callable[[], list[LandedFile]],
+                read: Callable[[list[LandedFile]], _T]) -> _T:
+    """`read` over the files of `listing`, listed and read again from the start when one of
+    them vanished meanwhile. Compaction (jobs.compact) deletes the files it replaced only
+    once the file holding their rows is written, so the next listing holds every row: a
+    reader of files older than the live watermark (which compaction rewrites) needs no lock
+    shared with it. Only the last attempt's FileNotFoundError propagates."""
+    for _retry in range(LISTING_ATTEMPTS - 1):
+        try:
+            return read(listing())
+        except FileNotFoundError:
+            continue  # compacted meanwhile: its rows are in a file the next listing holds
+    return read(listing())
 
 
 def stamp_range(path: Path, column: str = "ingested_at") -> tuple[datetime, datetime]:

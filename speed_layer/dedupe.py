@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from leaderboard.lake import LandedFile, landed_files, stamp_range
+from leaderboard.lake import LandedFile, landed_files, read_listed, stamp_range
 from leaderboard.schema import TIMESTAMP, identity_match_ids
 
 __all__ = ["Counted", "absorbed_files", "identities", "identity_column", "ingest_order",
@@ -97,16 +97,19 @@ class Counted:
         rows retention deleted cannot be checked here, nor by the batch."""
         if watermark is None or len(matches) == 0:
             return cls()
-        paths = [str(f.path) for f in absorbed_files(lake, watermark)]
-        if not paths:
-            return cls()
         where = ((pc.field("ingested_at") < pa.scalar(watermark, TIMESTAMP))
                  & pc.field("match_id").isin(matches))
         if player is not None:
             where = where & (pc.field("player_id") == player)
-        rows = ds.dataset(paths, schema=_IDENTITY_SCHEMA, format="parquet").to_table(
-            filter=where)
-        return cls(identities([rows]))
+
+        def read(files: list[LandedFile]) -> set[str]:
+            if not files:
+                return set()
+            return identities([ds.dataset([str(f.path) for f in files], schema=_IDENTITY_SCHEMA,
+                                          format="parquet").to_table(filter=where)])
+
+        # The nightly compaction rewrites exactly these partitions while this reads them.
+        return cls(read_listed(lambda: absorbed_files(lake, watermark), read))
 
     def fresh(self, table: pa.Table) -> pa.Table:
         """The rows of `table` whose identity is not counted yet (of two copies within it,

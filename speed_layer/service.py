@@ -28,6 +28,7 @@ from leaderboard.lake import (
     idle_landing,
     landed_files,
     parse_landed_name,
+    read_listed,
 )
 from leaderboard.manifest import Manifest, read_current, read_version
 from leaderboard.profiles import PROFILES_KEY
@@ -823,14 +824,19 @@ class SpeedLayer:
         assert version.watermark is not None
         mark = pa.scalar(version.watermark, pa.timestamp("us", tz="UTC"))
         filters = pc.field("player_id") == where if isinstance(where, str) else where
-        parts = []
-        for landed in absorbed_files(self.lake, version.watermark):
-            table = pq.read_table(landed.path, filters=filters)
-            if table.num_rows:
-                table = table.filter(pc.less(table.column("ingested_at"),
-                                             mark.cast(table.schema.field("ingested_at").type)))
-                parts.append(table.append_column("_file", pa.array(
-                    [str(landed.path)] * table.num_rows, pa.string())))
+        def read(files: list[LandedFile]) -> list[pa.Table]:
+            parts = []
+            for landed in files:
+                table = pq.read_table(landed.path, filters=filters)
+                if table.num_rows:
+                    table = table.filter(pc.less(table.column("ingested_at"), mark.cast(
+                        table.schema.field("ingested_at").type)))
+                    parts.append(table.append_column("_file", pa.array(
+                        [str(landed.path)] * table.num_rows, pa.string())))
+            return parts
+
+        watermark = version.watermark
+        parts = read_listed(lambda: absorbed_files(self.lake, watermark), read)
         if not parts:
             return None
         rows = pa.concat_tables(parts, promote_options="default").sort_by(
@@ -953,8 +959,8 @@ class SpeedLayer:
         filters: list[Any] = [("match_id", "=", void.match_id)]
         if void.player_id is not None:
             filters.append(("player_id", "=", void.player_id))
-        parts = [t for t in (pq.read_table(f.path, filters=filters)
-                             for f in landed_files(self.lake)) if t.num_rows]
+        parts = read_listed(lambda: landed_files(self.lake), lambda files: [
+            t for t in (pq.read_table(f.path, filters=filters) for f in files) if t.num_rows])
         return pa.concat_tables(parts, promote_options="default") if parts else None
 
     def _void_limit(self, version: SpeedVersion, void: Void,
