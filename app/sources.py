@@ -28,8 +28,8 @@ from app.football import FOOTBALL_HEADER, football_events
 from leaderboard.schema import INPUT_FIELDS
 
 __all__ = ["JSON_TEXT_FIELDS", "SourceBatch", "SourceError", "json_field_text",
-           "json_row_problem", "json_rows", "quarantine_rows", "read_source",
-           "unparseable_rows"]
+           "json_row_problem", "json_rows", "not_json", "parse_json", "quarantine_rows",
+           "read_source", "unparseable_rows"]
 
 #: The fields of a JSON event that are JSON strings (`points` is a JSON integer).
 JSON_TEXT_FIELDS: tuple[str, ...] = tuple(name for name in INPUT_FIELDS if name != "points")
@@ -67,6 +67,31 @@ def unparseable_rows(rows: list[tuple[str, str]], source: str) -> pa.Table:
     what they cannot read the same way)."""
     return quarantine_rows([({"match_id": raw[:_KEPT]}, "unparseable", detail)
                             for raw, detail in rows], source)
+
+
+def _bounded_int(digits: str) -> int:
+    """A JSON integer, cut to its first _KEPT characters: Python refuses to convert an
+    integer of over 4300 digits (a ValueError that would call valid JSON "not JSON"), and
+    no point value is near either length, so validation still refuses it as out of range
+    and the quarantine keeps the prefix it keeps of any value."""
+    return int(digits[:_KEPT])
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON text as Python values, every integer read (however long: see _bounded_int).
+    Raises ValueError (JSONDecodeError, UnicodeDecodeError) or RecursionError; `not_json`
+    says why in words for the sender."""
+    return json.loads(text, parse_int=_bounded_int)
+
+
+def not_json(exc: ValueError) -> str:
+    """Why `parse_json` refused a text, for its sender: where the syntax breaks, or the
+    first byte that is not UTF-8 (never the interpreter's own wording)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte {exc.start} is not UTF-8"
+    return "not JSON text"
 
 
 def _is_unicode(value: str) -> bool:
@@ -170,7 +195,7 @@ def _read_jsonl(path: Path, source: str) -> SourceBatch:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                records.append(parse_json(line))
             except json.JSONDecodeError as exc:
                 bad.append((line.rstrip("\n"), f"line {number}: not JSON ({exc.msg})"))
                 continue

@@ -79,22 +79,29 @@ def test_a_mistyped_jsonl_row_keeps_the_default_server_and_its_release_says_bad_
     """A JSONL row refused bad_type without a server_id is quarantined with --server-id's
     default, as the accepted rows beside it; releasing it answers `rejected`, `bad_type`
     (the reason it was refused), never `missing_field`, and lands nothing, also when the
-    wrong type was a JSON number in a text field (`"match_id": 7`, `"player_id": 12345`)."""
+    wrong type was a JSON number in a text field (`"match_id": 7`, `"player_id": 12345`).
+    Points of 5000 digits (past what Python converts) are out of range like any beyond
+    int64."""
     source = tmp_path / "typed.jsonl"
     rows = [dict(GOOD, match_id="t-str", points="12"), dict(GOOD, match_id="t-float", points=12.0),
-            dict(GOOD, match_id=7), dict(GOOD, match_id="t-num", player_id=12345)]
-    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            dict(GOOD, match_id=7), dict(GOOD, match_id="t-num", player_id=12345),
+            dict(GOOD, match_id="t-long", points=0)]
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows).replace(
+        '"points": 0', '"points": ' + "9" * 5000))
     code, report = run_json(capsys, "ingest", str(source))
-    assert (code, report["total"]["reasons"]) == (0, {"bad_type": 4})
+    assert (code, report["total"]["reasons"]) == (0, {"bad_type": 5})
     code, listed = run_json(capsys, "quarantine", "list")
     assert code == 0
-    assert [(r["match_id"], r["server_id"]) for r in listed["rows"]] == [
-        ("t-str", "file"), ("t-float", "file"), ("7", "file"), ("t-num", "file")]
+    assert sorted((r["match_id"], r["server_id"]) for r in listed["rows"]) == [
+        ("7", "file"), ("t-float", "file"), ("t-long", "file"), ("t-num", "file"),
+        ("t-str", "file")]
+    assert ["10^18" in r["detail"] for r in listed["rows"] if r["match_id"] == "t-long"] == [
+        True]
     code, released = run_json(capsys, "quarantine", "release",
                               *[r["id"] for r in listed["rows"]])
     assert code == 1
     assert [(r["status"], r.get("reason")) for r in released["results"]] == [
-        ("rejected", "bad_type")] * 4, released
+        ("rejected", "bad_type")] * 5, released
     assert not landed_rows(data)
 
 

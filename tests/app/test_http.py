@@ -400,6 +400,30 @@ def test_a_score_beyond_int64_is_a_422_with_the_bound(world, score):
     assert (row["board"], row["match_id"], row["points"]) == ("best-lap", "huge", str(score))
 
 
+def test_an_integer_past_pythons_digit_limit_is_a_422_with_the_bound(world):
+    """A JSON integer of 5000 digits (valid JSON, past the 4300 digits Python converts) is
+    refused like any integer beyond int64, as an event's points and as a score: 422
+    bad_type naming the range, quarantined with its first 1000 digits, and no word of the
+    interpreter's own advice."""
+    digits = "9" * 5000
+    event = json.dumps({**EVENT, "match_id": "huge-event", "points": 0})
+    events = world.client.post(
+        "/v1/events", content=("[" + event.replace('"points": 0', f'"points": {digits}') + "]"
+                               ).encode(), headers={"X-API-Key": KEY_EU})
+    score = world.client.post(
+        "/v1/boards/best-lap/scores", headers={"X-API-Key": KEY_EU},
+        content=f'{{"player_id": "p1", "match_id": "huge-score", "score": -{digits}}}'.encode())
+    for answer in (events, score):
+        assert answer.status_code == 422, answer.text
+        assert "sys." not in answer.text, answer.text
+        assert "4300" not in answer.text, answer.text
+    assert events.json()["rejected"][0]["reason"] == "bad_type"
+    assert "10^18" in events.json()["rejected"][0]["detail"], events.text
+    assert (score.json()["error"], "10^18" in score.json()["message"]) == ("bad_type", True)
+    kept = {q["match_id"]: q["points"] for q in _quarantined(world, "bad_type")}
+    assert kept == {"huge-event": digits[:1000], "huge-score": "-" + digits[:999]}
+
+
 def test_a_lone_surrogate_costs_only_its_own_row(world):
     """A lone UTF-16 surrogate (valid JSON escape, not text) in any string field: that row is
     quarantined with a reason, the good rows beside it land; no 500."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -25,7 +24,7 @@ from app.http.config import MAX_BATCH_ROWS
 from app.http.errors import ApiError, documented
 from app.http.ratelimit import check_rate
 from app.http.service import Service, ServiceDep
-from app.sources import JSON_TEXT_FIELDS, json_rows, quarantine_rows
+from app.sources import JSON_TEXT_FIELDS, json_rows, not_json, parse_json, quarantine_rows
 from leaderboard.validation import ID_PATTERN, ID_RULE, MATCH_ID_PATTERN
 
 __all__ = ["EVENT_BODY_SCHEMA", "read_body", "router", "server_and_body"]
@@ -112,9 +111,9 @@ def _target(request: Request) -> tuple[bytes, bytes]:
 
 def _events_of(body: bytes, max_rows: int) -> list[Any]:
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "bad_json", f"the body is not JSON ({exc}); send "
+        data = parse_json(body)
+    except ValueError as exc:  # UnicodeDecodeError is one
+        raise ApiError(400, "bad_json", f"the body is not JSON ({not_json(exc)}); send "
                                         '{"events": [{...}, ...]} or a JSON array') from None
     except RecursionError:
         raise ApiError(400, "bad_json", "the body nests arrays or objects too deeply to read; "

@@ -8,7 +8,6 @@ listing shows the new name (other workers' pages age out within LEADERBOARD_TOP_
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import redis
@@ -30,6 +29,7 @@ from app.http.ratelimit import check_rate
 from app.http.replay import REQUEST_ID_RULE, applied_once, checked_request_id, request_digest
 from app.http.routers.ingest import server_and_body
 from app.http.service import Service, ServiceDep
+from app.sources import parse_json
 from leaderboard.erasure import ErasureRunning, erasure_barrier
 from leaderboard.profiles import (
     AVATAR_URL_MAX,
@@ -91,7 +91,7 @@ PROFILE_ERASURE_WAIT = 1.0
 
 def _fields(body: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise ApiError(400, "bad_json", 'the body is not JSON; send {"display_name": "...", '
                                         '"country": "KR", "avatar_url": "https://..."}') from None

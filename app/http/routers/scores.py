@@ -5,7 +5,6 @@ the score is in merged reads as soon as the answer comes back."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import pyarrow as pa
@@ -24,7 +23,7 @@ from app.http.params import BoardName
 from app.http.ratelimit import check_rate
 from app.http.routers.ingest import EVENT_SCHEMA, server_and_body
 from app.http.service import ServiceDep
-from app.sources import json_field_text, quarantine_rows, unparseable_rows
+from app.sources import json_field_text, parse_json, quarantine_rows, unparseable_rows
 from leaderboard.registry import Board
 
 __all__ = ["SCORES_PATH", "SCORE_BODY_SCHEMA", "router"]
@@ -61,7 +60,7 @@ SCORE_BODY_SCHEMA: dict[str, Any] = {
 def _submission(body: bytes, board: Board) -> dict[str, Any]:
     """The body as a submission, or the ApiError that says what to fix."""
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise ApiError(400, "bad_json", 'the body is not JSON; send {"player_id": ..., '
                                         '"match_id": ..., "score" or "delta": ...}') from None
@@ -99,7 +98,7 @@ def _refused(body: bytes, board: Board, server_id: str, exc: ApiError, source: s
     as sent (the board's `score` or `delta` as points, each as validation reads a JSON
     event's), or the whole body in match_id when it is not one JSON object."""
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         data = None
     if isinstance(data, dict):
