@@ -358,6 +358,7 @@ def test_a_number_in_a_text_field_is_still_refused_at_its_release(world):
     rows = [{**EVENT, "match_id": 7}, {**EVENT, "match_id": "num-player", "player_id": 12345}]
     answer = _post(world, {"events": rows})
     assert answer.status_code == 422, answer.text
+    assert answer.json()["folded"] is False  # nothing was accepted
     quarantined = _quarantined(world, "bad_type")
     assert [(q["match_id"], q["player_id"]) for q in quarantined] == [
         ("7", EVENT["player_id"]), ("num-player", "12345")]

@@ -200,7 +200,9 @@ async def ingest(
         "server_id": server_id, "rows": len(events), "accepted": report.accepted,
         "duplicates": report.duplicates, "retries": report.retries,
         "rejected_count": len(rejected), "rejected": rejected,
-        "folded": report.fold_error is None,
+        # Whether the rows this batch put in the lake are on the live boards: none when
+        # every row was rejected.
+        "folded": report.fold_error is None and len(rejected) < len(events),
     }
     if report.fold_error:
         answer["warning"] = (f"landed durably, but the fold into the speed layer failed "
