@@ -56,6 +56,7 @@ from leaderboard.lake import (
     LandedFile,
     absorbed_with_compactions,
     landed_files,
+    settle_landings,
 )
 from leaderboard.manifest import (
     ROLLUP_INDEX_SCHEMA,
@@ -544,6 +545,10 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step,
     started = datetime.now(UTC)
     watermark = watermark_for(as_of) if cut is None else min(cut, watermark_for(as_of))
     run = f"{as_of.isoformat()}.{started.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}"
+    if cut is not None:
+        # An open day: every landing stamped before the cut is in place before the listing,
+        # every later one stamped at or after it (its rows then stay speed events).
+        settle_landings(lake, cut)
     files = [f for f in landed_files(lake) if f.ingest_date <= as_of]
     previous = None if full else _previous(lake, as_of, registry)
     mode = "full"

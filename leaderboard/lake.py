@@ -53,11 +53,14 @@ __all__ = [
     "held_landing",
     "idle_landing",
     "landed_files",
+    "landing_floor",
     "landing_lock_path",
+    "landing_stamp",
     "open_landing_writes",
     "parse_landed_name",
     "quarantine_dir",
     "read_listed",
+    "settle_landings",
     "stamp_range",
 ]
 
@@ -255,6 +258,55 @@ def landing_lock_path(lake: Path, writer: str) -> Path:
     return Path(lake) / "writers" / f"{writer}.landing"
 
 
+#: The latest cut of a batch of an open day (`settle_landings`), under lake/writers/.
+_CUT_NAME = "open-day-cut.json"
+
+
+def landing_floor(lake: Path) -> datetime | None:
+    """The earliest instant a landing may be stamped with now: the latest cut an open day's
+    batch recorded (None: none). Read by a landing under its writer's landing lock."""
+    try:
+        record = json.loads((Path(lake) / "writers" / _CUT_NAME).read_text())
+        return to_utc(datetime.fromisoformat(record["cut"]))
+    except FileNotFoundError:
+        return None
+
+
+def landing_stamp(now: datetime, floor: datetime | None) -> datetime:
+    """The instant a landing is stamped with: its clock `now`, or the floor when that is
+    later (`LandingWriter.landing` yields it)."""
+    return now if floor is None or now >= floor else floor
+
+
+def settle_landings(lake: Path, cut: datetime) -> None:
+    """Make `cut` a line no landing crosses: every landing stamped before it is landed when
+    this returns, and every later one is stamped at or after it.
+
+    A landing's clock is read by its caller before the writer's landing lock is taken, and
+    its file is renamed into place just before the lock is released. So the cut is recorded
+    first (a landing reads it under its lock and stamps at least the cut, `LandingWriter.
+    landing`), then each writer's landing lock is taken and released once: a landing that
+    held it when the cut was recorded (and may have read no cut) has then renamed its file.
+    A batch lists the lake after this, so no landing stamped before its watermark appears
+    after its listing."""
+    state = Path(lake) / "writers"
+    state.mkdir(parents=True, exist_ok=True)
+    floor = landing_floor(lake)
+    if floor is None or floor < cut:
+        atomic_write_bytes(state / _CUT_NAME,
+                           json.dumps({"cut": to_utc(cut).isoformat()}).encode())
+    for path in sorted(state.glob("*.landing")):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the landing in flight, if any
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
 def held_landing(lake: Path, writer: str) -> str:
     """The identity of `writer`'s landing lock, which the caller holds (`LandingWriter.
     landing`); raises RuntimeError when nobody holds it: ids claimed outside a landing
@@ -375,12 +427,15 @@ class LandingWriter:
         old.close()
 
     @contextmanager
-    def landing(self) -> Iterator[None]:
+    def landing(self) -> Iterator[datetime | None]:
         """Hold this writer's landing lock: from the door's claim of a landing's ids to
         their settle (or release). Ids a writer claimed while it does not hold it (dead, or
         alive between landings: a settle lost to a Redis error) are abandoned, and any
         writer whose claim meets them settles or releases them from the lake
-        (`idle_landing`). Waits while another process recovers this writer's claims."""
+        (`idle_landing`). Waits while another process recovers this writer's claims.
+        Yields the landing floor (`landing_floor`, read under the lock): the landing is
+        stamped no earlier, so an open day's batch that read the lake at that cut misses
+        none of its rows (`settle_landings`)."""
         self._check_lock()
         path = landing_lock_path(self.lake, self.writer)
         while True:
@@ -393,7 +448,7 @@ class LandingWriter:
                 pass
             os.close(fd)  # deleted or replaced while we waited: lock the file there now
         try:
-            yield
+            yield landing_floor(self.lake)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)

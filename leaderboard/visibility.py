@@ -3,9 +3,11 @@
 A version V absorbs the rows with ingested_at < W(V) of the landed files it read (its
 `inputs.files`); the speed layer folds only the rows at or after W(V). A landed file V did
 not read that holds rows before W(V) therefore counts on no live board until a later batch
-reads it: a landing with a clock in the past, a file landed after an open day's batch read
-the lake, or (versions published before the cut existed) any event landed after a batch of
-a night that had not ended. The batch recomputes when its base missed such a file
+reads it. The door prevents it for an open day's cut (`leaderboard.lake.settle_landings`:
+no landing is stamped before it unless it is in the version); what remains is a landing
+whose clock is behind an ended night's watermark, a writer that bypasses the door (an older
+release's) and, for versions published before the cut existed, any event landed after a
+batch of a night not ended. The batch recomputes when its base missed such a file
 (`jobs.batch`), and health reports them meanwhile (`/healthz`, the console).
 """
 

@@ -22,7 +22,7 @@ import redis
 
 from leaderboard import faults
 from leaderboard.erasure import ErasureLedger, erasure_dir
-from leaderboard.lake import LandedFile, LandingWriter, WriterBusy, landed_files
+from leaderboard.lake import LandedFile, LandingWriter, WriterBusy, landed_files, landing_stamp
 from leaderboard.registry import Board, Registry
 from leaderboard.timeutil import to_utc
 from leaderboard.validation import validate_events, validate_scores
@@ -156,7 +156,9 @@ class Ingestor:
         call claimed and left in flight (a settle or release lost to a Redis error) are
         recovered by any writer that meets them once this returns.
         """
-        with self.writer.landing():
+        with self.writer.landing() as floor:
+            # Never stamped before an open day's cut: its batch may have read the lake.
+            now = landing_stamp(now, floor)
             return self._ingest(table, now=now, source=source, backfill=backfill,
                                 default_server_id=default_server_id, unparseable=unparseable,
                                 row_reasons=row_reasons, board=board)

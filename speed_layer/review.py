@@ -39,7 +39,7 @@ import pyarrow as pa
 import redis
 
 from leaderboard.erasure import ErasureLedger, erasure_barrier
-from leaderboard.lake import LandingWriter, WriterBusy
+from leaderboard.lake import LandingWriter, WriterBusy, landing_stamp
 from leaderboard.quarantine import (
     RELEASE_WRITER,
     QuarantineRow,
@@ -160,8 +160,11 @@ def release_rows(speed: SpeedLayer, ids: Sequence[str], now: datetime, *,
                 todo.append(row)
         fold_error = None
         if todo:
-            with writer.landing():  # the door's claims are in flight only while this runs
-                fold_error = _land(speed, writer, todo, now, outcomes)
+            # The door's claims are in flight only while this runs; never stamped before
+            # an open day's cut (its batch may have read the lake: `settle_landings`).
+            with writer.landing() as floor:
+                stamp = landing_stamp(now, floor)
+                fold_error = _land(speed, writer, todo, stamp, outcomes)
     return [outcomes[i] for i in unique], fold_error
 
 

@@ -16,7 +16,16 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lakes import EXOTIC, day, land, random_scores, random_stream, registry_from, write_registry
+from lakes import (
+    EXOTIC,
+    batches,
+    day,
+    land,
+    random_scores,
+    random_stream,
+    registry_from,
+    write_registry,
+)
 from oracle import absorbed_events, reference_standings
 from strategies import scope_rollup_rows
 
@@ -27,6 +36,7 @@ from jobs.rank_stream import CODED_SCHEMA
 from jobs.spec import STANDINGS_SCHEMA
 from leaderboard.bans import write_tombstone
 from leaderboard.batch_view import BatchView, open_current
+from leaderboard.lake import LandingWriter
 from leaderboard.manifest import list_versions, read_current, read_version
 from leaderboard.registry import load_registry
 from leaderboard.settings import Settings
@@ -598,10 +608,13 @@ def test_a_night_after_an_open_day_version_absorbs_what_landed_past_its_cut(tmp_
     assert read_current(tmp_path / "lake").inputs["mode"] == "incremental"
     assert_matches_reference(tmp_path, registry, date(2026, 12, 2))
     # The same night again, built on the open day's version: a file stamped before its cut
-    # that it did not read (still landing then) is a late landing, so the night is full.
+    # that it did not read (landed past the door, which stamps no landing before the cut:
+    # a writer of an older release) is a late landing, so the night is full.
     in_flight = dict(events[0], match_id="in-flight", event_time=cut - timedelta(hours=2),
                      ingested_at=cut - timedelta(minutes=30))
-    assert land(tmp_path / "lake", registry, [in_flight], writer="v", batch_minutes=0) == 1
+    with LandingWriter(tmp_path / "lake", "v") as writer:
+        [(_, table)] = batches([in_flight])
+        writer.land(table, cut - timedelta(minutes=30))
     run_batch(settings, date(2026, 12, 2), now=day("2026-12-03T01:00:00"))
     assert read_current(tmp_path / "lake").inputs["mode"] == "full"
     assert_matches_reference(tmp_path, registry, date(2026, 12, 2))

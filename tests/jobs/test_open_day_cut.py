@@ -1,0 +1,93 @@
+"""The cut of an open day's batch (`batch --allow-open-day`): a landing stamped before the
+instant the batch reads the lake is in the version or stays a speed event, never neither,
+whatever the interleaving of the landing's clock, its rename and the batch's listing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import date, datetime, timedelta
+
+import pyarrow as pa
+import pytest
+from lakes import day
+
+from jobs.batch import run_batch
+from leaderboard import faults
+from leaderboard.lake import LandingWriter, landed_files
+from leaderboard.registry import load_registry
+from leaderboard.schema import TIMESTAMP
+from leaderboard.settings import Settings
+from leaderboard.visibility import invisible_files
+from serving.service import Leaderboards
+from speed_layer.ingest import Ingestor
+from speed_layer.service import SpeedLayer
+
+pytestmark = pytest.mark.redis
+TODAY = date(2026, 12, 1)
+CUT = day("2026-12-01T13:00:00")
+#: Both landings read their clock one second before the batch's cut.
+BEFORE_CUT = CUT - timedelta(seconds=1)
+
+
+def _one(player: str, points: int, at: datetime) -> pa.Table:
+    return pa.table({"match_id": [f"m-{player}"], "player_id": [player],
+                     "points": pa.array([points], pa.int64()),
+                     "event_time": pa.array([at - timedelta(minutes=5)], TIMESTAMP),
+                     "region": ["eu"], "mode": ["ranked"], "server_id": ["s1"]})
+
+
+def _ingest(speed: SpeedLayer, writer: str, player: str, points: int, now: datetime) -> None:
+    with LandingWriter(speed.lake, writer) as handle:
+        report = Ingestor(speed.registry, handle, speed).ingest(
+            _one(player, points, now), now=now, source="t")
+    assert report.accepted == 1
+
+
+def test_landings_stamped_before_an_open_days_cut_stay_on_the_live_boards(
+        tmp_path, redis_client):
+    """Two landings read their clock a second before the cut: one is still in flight (its
+    ids claimed, its file not yet renamed) when the batch starts, and is held there until
+    the batch has listed the lake or for 3 s; the other starts only after the listing. The
+    batch's version reads the first, the second is stamped at the cut and folded: every
+    event is on the live boards with its points, and no landed file is invisible."""
+    registry = load_registry()
+    lake = tmp_path / "lake"
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
+    speed = SpeedLayer(redis_client, registry, lake)
+    _ingest(speed, "morning", "early", 5, day("2026-12-01T10:00:00"))
+    released, landed = threading.Event(), threading.Event()
+
+    def in_flight() -> None:
+        try:
+            _ingest(speed, "flight", "inflight", 7, BEFORE_CUT)
+        finally:
+            landed.set()
+
+    flight = threading.Thread(target=in_flight)
+
+    def hold_the_landing(_name: str) -> None:
+        if threading.current_thread() is flight:
+            entered.set()
+            released.wait(timeout=3)
+
+    def after_listing(_name: str) -> None:
+        released.set()
+        assert landed.wait(timeout=30)
+        _ingest(speed, "late", "late", 9, BEFORE_CUT)
+
+    entered = threading.Event()
+    with faults.injected("ingest.after_claim", hold_the_landing), \
+            faults.injected("batch.rollups", after_listing):
+        flight.start()
+        assert entered.wait(timeout=30)
+        result = run_batch(settings, TODAY, now=CUT, allow_open_day=True)
+        flight.join(timeout=30)
+    manifest = result.manifest
+    assert manifest.watermark_at == CUT
+    speed.rebase(manifest)
+    served = Leaderboards(lake, registry, redis_client, now=lambda: CUT + timedelta(hours=1))
+    got = {p: served.player("global", p, "daily:2026-12-01")["score"]
+           for p in ("early", "inflight", "late")}
+    assert got == {"early": 5, "inflight": 7, "late": 9}
+    assert invisible_files(lake, manifest) == []
+    assert len(landed_files(lake)) == 3
