@@ -158,12 +158,17 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A daemon reparented to a PID 1 that does not reap leaves a zombie behind.
+    # A daemon reparented to a PID 1 that does not reap leaves a zombie behind. Its main
+    # thread turns zombie first: the server is gone only once its other threads (the AOF's
+    # fsync among them) are, when its files and sockets are closed.
     try:
         status = Path(f"/proc/{pid}/status").read_text()
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return False
     except OSError:
         return True
-    return "\nState:\tZ" not in status
+    return "\nState:\tZ" not in status or threads != [str(pid)]
 
 
 def _wait_for_exit(pid: int, timeout: float = 5.0) -> None:

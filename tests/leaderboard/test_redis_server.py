@@ -21,6 +21,7 @@ from redis_locale import NON_C_LOCALE, collates_as_bytes
 from leaderboard.redis_server import (
     LOCALE_VAR,
     EmbeddedRedis,
+    _pid_alive,
     ensure_local_server,
     find_server_binary,
     free_port,
@@ -287,3 +288,34 @@ def test_servers_started_here_collate_as_bytes_under_a_callers_non_c_locale(
     monkeypatch.setenv(LOCALE_VAR, NON_C_LOCALE)
     with EmbeddedRedis() as server:
         assert not collates_as_bytes(_client(server.url))
+
+
+_MAIN_THREAD_EXITS_FIRST = r'''
+import ctypes, platform, sys, threading, time
+threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+print("ready", flush=True)
+# exit(2) of the main thread alone (not exit_group): it turns zombie, the other thread runs on
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
+'''
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_a_server_whose_main_thread_exited_first_is_still_running() -> None:
+    """A process whose main thread is a zombie while another thread runs (a Redis shutting
+    down, its AOF fsync thread still at work) counts as running: `stop_local_server` waits
+    for the last thread, when the server's files and port are free."""
+    child = subprocess.Popen([sys.executable, "-c", _MAIN_THREAD_EXITS_FIRST],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30
+        while "\nState:\tZ" not in Path(f"/proc/{child.pid}/status").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert len(os.listdir(f"/proc/{child.pid}/task")) == 2
+        assert _pid_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not _pid_alive(child.pid)
