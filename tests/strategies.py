@@ -549,15 +549,17 @@ def lambda_worlds(draw: st.DrawFn, registry: Registry) -> dict[str, Any]:
 
 
 def operations_events(players: tuple[str, ...], *, max_age_minutes: int = 30 * 60,
-                      max_matches: int = 2) -> st.SearchStrategy[list[dict[str, Any]]]:
+                      max_matches: int = 2, min_age_minutes: int = 0,
+                      ) -> st.SearchStrategy[list[dict[str, Any]]]:
     """One micro-batch of new matches for tests/operations: per match its region, mode, age
-    (event_time = now - age: recent, late past a 6 h grace, or days old) and 1-3 distinct
-    players with points (0 often: a 0-point row may be re-delivered late, see
-    tests/operations/model.py)."""
+    (event_time = now - age: recent, late past a 6 h grace, or days old; a negative
+    `min_age_minutes` draws events ahead of their landing, within the registry's
+    future_skew) and 1-3 distinct players with points (0 often: a 0-point row may be
+    re-delivered late, see tests/operations/model.py)."""
     match = st.fixed_dictionaries({
         "region": st.sampled_from(["na", "eu"]),
         "mode": st.sampled_from(["ranked", "casual"]),
-        "age_minutes": st.integers(0, max_age_minutes),
+        "age_minutes": st.integers(min_age_minutes, max_age_minutes),
         "players": st.lists(st.tuples(st.sampled_from(players),
                                       st.sampled_from([0, 0, 1, 2, 3, 5, -1, 20])),
                             min_size=1, max_size=3, unique_by=lambda p: p[0]),

@@ -13,7 +13,11 @@ Exceptions docs/design.md allows, stated here and nowhere else:
 - *A duplicate older than the horizon* lands (the door forgot it) and may be counted twice by
   the speed layer until the batch absorbs it. The operations test re-delivers late only rows
   whose second count changes no answer (0 points: sum +0; max/min/last: the same event again),
-  so every answer is still checked exactly.
+  so every answer is still checked exactly. A re-delivery of any points of a result the
+  live version absorbed is counted once by every recompute of the player's live part and
+  by the batch (docs/architecture.md), so the test sends one only with such a recompute
+  (or the nights) right after it, and only while the first copy's raw row is kept
+  (retention deletes the identities the dedupe reads: a documented limit).
 - *Voids* (docs/design.md section 3): an event a void names (its match, or its match and
   player) counts nowhere once the void is in force: the live version's base applies the
   voids from before its watermark, merged answers all of them. (Past retention a void
@@ -22,8 +26,9 @@ Exceptions docs/design.md allows, stated here and nowhere else:
   voids only matches or results with no such absorbed row, absorbed or not. Retention waits
   until the live version holds every void, so it never takes back one made before.)
 - *Unbanned across the watermark* (docs/architecture.md, "known limits"): a player the live
-  base excludes (banned before W) who is unbanned after W is served with the events since W
-  at once and the whole history from the next batch on.
+  base excludes (banned before W) who is unbanned after W is served with the results first
+  accepted since W at once (a late copy of a result accepted before W is no new one) and
+  the whole history from the next batch on.
 
 - *Erasure* (README, "Erasure"): an erased player leaves no trace: their events (landed,
   held or voided), bans and voids are gone from every version and the live answers, the
@@ -130,7 +135,8 @@ class Model:
     landed: list[Event] = field(default_factory=list)
     #: (player, action, at, order) tombstones
     tombstones: list[tuple[str, str, datetime, int]] = field(default_factory=list)
-    #: the live version's watermark (None: no batch published)
+    #: the live version's watermark (None: no batch published): a midnight, or the instant
+    #: a batch of a day not ended (`--allow-open-day`) read the lake
     watermark: datetime | None = None
     #: (match_id, player_id or None for every player, at) voids
     voids: list[tuple[str, str | None, datetime]] = field(default_factory=list)
@@ -286,7 +292,10 @@ class Model:
             for event in sorted(self.landed, key=lambda e: (e.ingested_at, e.order)):
                 if event.player_id in back and event.ingested_at >= self.watermark:
                     since.setdefault(event.identity, event)
-            since = {k: e for k, e in since.items() if not self.voided(e)}
+            # a copy of a result the base absorbed (first accepted before W) is not new
+            absorbed = {e.identity for e in firsts if e.ingested_at < self.watermark}
+            since = {k: e for k, e in since.items()
+                     if not self.voided(e) and k not in absorbed}
             events += list(since.values())
         return {key: self._standings(self.board(key[0]), players, banned_now)
                 for key, players in self._cells(events).items()}

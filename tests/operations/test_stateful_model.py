@@ -10,6 +10,15 @@ merged query the serving layer answers (score, rank, total, top, around, friends
 score for a top y%, as of yesterday) against the model of tests/operations/model.py, computed
 from the accepted history alone.
 
+Operators' moves (issue 21), each a rule: a result re-delivered on a later day followed by a
+recompute of the player's live part or the nights (`redeliver_across_days`), a batch of the
+day not ended, refused or allowed (`batch_of_today`), a void between midnight and that night's
+retention (`void_between_midnight_and_retention`), events ahead of their landing within the
+registry's future_skew (`ingest_ahead_within_the_skew`), registry edits with `lake rebind`
+before and after retention (`edit_the_registry_and_rebind`), and an erasure after a killed
+batch left its files (`erase_after_a_killed_batch`). Those that run nights inside one step
+take turns (`_turn`), which keeps the model's CI time in budget.
+
 Rules whose defect is still being fixed on main stay off: `KNOWN_DEFECTS` names each one with
 its issue item; turn a switch off (remove it from the set) when the fix lands. Size: the
 STATEFUL_EXAMPLES environment variable (.ci/run sets it; a local run does a few).
@@ -49,10 +58,11 @@ from operations.model import Answer, BoardSpec, Event, Model
 from strategies import operations_events
 
 from app.erasure import erase_player
-from jobs.batch import FullAfterRetention, run_batch
+from jobs.batch import FullAfterRetention, OpenNightRefused, run_batch
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.retention import apply_retention
 from leaderboard import faults
+from leaderboard.binding import RegistryBindingError, bind_registry, bound_registry
 from leaderboard.lake import LandingWriter, landed_files
 from leaderboard.manifest import read_current
 from leaderboard.quarantine import list_quarantine
@@ -68,7 +78,11 @@ pytestmark = pytest.mark.redis
 
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
-KNOWN_DEFECTS: set[str] = set()
+KNOWN_DEFECTS: set[str] = {
+    # a landed file an erasure emptied dates the lake's earliest event 0001-01-01, and every
+    # rebind is refused (leaderboard.binding, found by edit_the_registry_and_rebind)
+    "rebind-after-erasure",
+}
 #: STATEFUL_TRY_DEFECTS=name,name (or `all`) runs those rules anyway: how a fix is checked
 #: before its switch is removed, and how the minimal failing examples are found.
 _TRY = os.environ.get("STATEFUL_TRY_DEFECTS", "")
@@ -79,10 +93,12 @@ KNOWN_DEFECTS -= set(KNOWN_DEFECTS) if _TRY == "all" else set(_TRY.split(","))
 REGISTRY_RAW: dict[str, Any] = {
     "regions": ["na", "eu"],
     "modes": ["ranked", "casual"],
-    # Three days kept: the safe line (deleted_through + ceil(future_skew) + 1 day) then falls
-    # two days back, so yesterday's absorbed results are voidable after retention; with two
-    # days only events landed just before midnight with a future event time were (2 a run).
-    "limits": {"grace": "6h", "idempotency_horizon": "6h", "retention_days": 3},
+    # Events up to two days ahead of their landing are accepted (`ingest_ahead_within_the_
+    # skew`: a night's calendar must reach them). Four days kept: the safe line
+    # (deleted_through + ceil(future_skew) + 1 day) then falls two days back, so yesterday's
+    # absorbed results are voidable after retention.
+    "limits": {"grace": "6h", "idempotency_horizon": "6h", "retention_days": 4,
+               "future_skew": "2d"},
     "board_defaults": {"min_points": -5, "max_points": 20, "windows": ["daily", "all-time"]},
     "boards": [
         {"scope": "global"},
@@ -117,8 +133,6 @@ BOARDS = (
 #: sets it, as workers' would): the burst rule lands through them; `a` and `b` have none, so
 #: no other rule ever meets the limit.
 RATE_LIMIT = 3
-RATE_REGISTRY_RAW: dict[str, Any] = {
-    **REGISTRY_RAW, "limits": {**REGISTRY_RAW["limits"], "player_events_per_minute": RATE_LIMIT}}
 PLAYERS = ("ann", "bob", "cy", "dee", "eve")
 HORIZON = timedelta(hours=6)
 TOP_PERCENTS = (1, 34, 50, 100)
@@ -154,6 +168,18 @@ LEAST_AT_CI_SIZE: dict[str, tuple[int, tuple[str, ...]]] = {
     "coins_delta_over_a_base_past_the_limit": (1, ()),
     "nights_pass": (20, ("nights-pass",)),
     "checks": (1000, ()),
+    "redeliver_across_days": (10, ("redeliver", "nights-pass")),
+    "ingest_ahead_within_the_skew": (10, ("far-future",)),
+    "event_after_the_nights_calendar": (3, ("far-future", "nights-pass")),
+    "erase_after_a_killed_batch_with_a_torn_file": (5, ("erase-after-kill", "erase")),
+    "void_of_absorbed_before_retention": (5, ("void-before-retention", "void", "nights-pass")),
+    "rebind_board": (3, ("rebind", "nights-pass")),
+    "rebind_region": (3, ("rebind", "nights-pass")),
+    "rebind_refused": (3, ("rebind", "nights-pass")),
+    "batch_of_today_refused": (5, ("open-day",)),
+    "batch_of_today_allowed": (5, ("open-day",)),
+    "rebind_after_retention": (2, ("rebind", "nights-pass")),
+    "rebind_after_an_erasure": (1, ("rebind", "rebind-after-erasure", "nights-pass")),
 }
 
 
@@ -194,7 +220,10 @@ class OperationsMachine(RuleBasedStateMachine):
     def __init__(self, url: str) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="ops-model-"))
-        write_registry(self.tmp / "registry.toml", REGISTRY_RAW)
+        #: the registry as edited so far (`edit_the_registry_and_rebind`)
+        self.raw: dict[str, Any] = json.loads(json.dumps(REGISTRY_RAW))
+        self.edits = 0
+        write_registry(self.tmp / "registry.toml", self.raw)
         self.settings = Settings.from_env({"LEADERBOARD_DATA": str(self.tmp / "data"),
                                            "LEADERBOARD_CONFIG": str(self.tmp / "registry.toml")})
         self.lake = self.settings.lake_dir
@@ -203,9 +232,8 @@ class OperationsMachine(RuleBasedStateMachine):
         self.url = url
         self.reader = redis.Redis.from_url(url, protocol=2)
         self.reader.flushall()
-        self.writers = {name: _Writer(name, self.lake, url) for name in ("a", "b")}
-        self.writers |= {name: _Writer(name, self.lake, url, RATE_REGISTRY_RAW)
-                         for name in ("c", "d")}
+        self.writers: dict[str, _Writer] = {}
+        self._start_writers()
         self.now = START
         self.model = Model(BOARDS)
         self.matches = 0
@@ -217,6 +245,16 @@ class OperationsMachine(RuleBasedStateMachine):
         # The pointer is read once per check (a server reuses it for a second the same way).
         self.served = Leaderboards(self.lake, self.registry, self.reader, now=lambda: self.now,
                                    pointer_ttl=3600.0)
+
+    def _start_writers(self) -> None:
+        """The writers (a, b without a rate limit; c, d with one) on the current registry."""
+        rated = {**self.raw, "limits": {**self.raw["limits"],
+                                        "player_events_per_minute": RATE_LIMIT}}
+        for name in ("a", "b", "c", "d"):
+            if name in self.writers:
+                self.writers[name].close()
+            self.writers[name] = _Writer(name, self.lake, self.url,
+                                         rated if name in ("c", "d") else self.raw)
 
     def teardown(self) -> None:
         STATS["examples"] += 1
@@ -465,26 +503,100 @@ class OperationsMachine(RuleBasedStateMachine):
             (0, len(rows), 0) if landed else (len(rows), 0, 0)), retry.as_dict()
         assert retry.fold_error is None
         self._landed(rows)
-        self.writers[writer] = _Writer(writer, self.lake, self.url)  # restarted
+        self.writers[writer] = _Writer(writer, self.lake, self.url, self.raw)  # restarted
         again = self._ingest(writer, rows)
         assert (again.accepted, again.retries, again.in_flight) == (0, len(rows), 0), \
             again.as_dict()
 
-    @precondition(lambda self: any(e.points == 0 for e in self._accepted_recently(
-        older_than=2 * HORIZON + timedelta(hours=1))))
+    def _forgotten_zeros(self) -> list[Event]:
+        """0-point first copies the door forgot whose raw row retention kept (see
+        `_absorbed_and_forgotten`: a deleted one's identity is not checked)."""
+        deleted = self._deleted_through()
+        return [e for e in self._accepted_recently(older_than=2 * HORIZON + timedelta(hours=1))
+                if e.points == 0 and (deleted is None or e.ingested_at.date() > deleted)]
+
+    @precondition(lambda self: bool(self._forgotten_zeros()))
     @rule(writer=st.sampled_from(["a", "b"]), data=st.data())
     def duplicate_older_than_the_horizon(self, writer: str, data: st.DataObject) -> None:
         """The door has forgotten the id: it lands again (the batch dedupes it). Only 0-point
         rows, whose second count changes no answer (the exception in operations/model.py)."""
         STATS["duplicate_older_than_the_horizon"] += 1
-        event = data.draw(st.sampled_from([e for e in self._accepted_recently(
-            older_than=2 * HORIZON + timedelta(hours=1)) if e.points == 0]))
+        event = data.draw(st.sampled_from(self._forgotten_zeros()))
         row = {"match_id": event.match_id, "player_id": event.player_id, "points": 0,
                "region": event.region, "mode": event.mode, "event_time": event.event_time,
                "board": event.board}
         report = self._ingest(writer, [row])
         assert report.accepted == 1, report.as_dict()
         self._landed([row])
+
+    def _deleted_through(self) -> date | None:
+        """The newest landing date whose raw events retention deleted (its ledger)."""
+        try:
+            ledger = json.loads((self.lake / "retention.json").read_text())
+        except FileNotFoundError:
+            return None
+        return date.fromisoformat(ledger["deleted_through"])
+
+    def _absorbed_and_forgotten(self) -> list[Event]:
+        """First accepted copies the live version absorbed (landed before its watermark),
+        whose latest landing the door has forgotten (older than two horizons), and whose raw
+        row retention kept (docs/architecture.md: the identities of deleted raw rows are not
+        checked, so a re-delivery of one counts twice, a documented limit)."""
+        watermark = self.model.watermark
+        if watermark is None:
+            return []
+        deleted = self._deleted_through()
+        return [e for e in self._accepted_recently(older_than=2 * HORIZON + timedelta(hours=1))
+                if e.ingested_at < watermark
+                and (deleted is None or e.ingested_at.date() > deleted)]
+
+    @precondition(lambda self: "redeliver" not in KNOWN_DEFECTS and self._turn(2, 0)
+                  and bool(self._absorbed_and_forgotten()))
+    @rule(writer=st.sampled_from(["a", "b"]), data=st.data(), changed=st.booleans(),
+          then=st.sampled_from(["rebuild", "ban-unban", "void-other", "erase-other",
+                                "nights"]))
+    def redeliver_across_days(self, writer: str, data: st.DataObject, changed: bool,
+                              then: str) -> None:
+        """A result an earlier night absorbed lands again on a later day (a game server's
+        re-delivery past the door's horizon), of any points and possibly other content;
+        then a path that recomputes the player's live part from the lake (`then`: a
+        rebuild, a ban and unban, a void of another result of theirs, another player's
+        erasure) or the nights pass: from then on the first accepted copy counts once, as
+        the batch counts it. Until one of those, the live fold may count the copy twice
+        (docs/architecture.md: the lambda trade), so the check waits for it."""
+        STATS["redeliver_across_days"] += 1
+        event = data.draw(st.sampled_from(self._absorbed_and_forgotten()))
+        row = {"match_id": event.match_id, "player_id": event.player_id,
+               "points": event.points + (0 if not changed else 1 if event.points < 20 else -1),
+               "region": event.region, "mode": event.mode, "event_time": event.event_time,
+               "board": event.board}
+        report = self._ingest(writer, [row])
+        assert (report.accepted, report.retries) == (1, 0), report.as_dict()
+        self._landed([row])
+        player = event.player_id
+        speed = self.writers["a"].speed
+        others = [e for e in self._voidable(False) if e.player_id == player
+                  and e.identity != event.identity and e.rows == 1]
+        rest = [p for p in PLAYERS if p != player and p not in self.model.erased
+                and any(e.player_id == p for e in self.model.landed)]
+        if then == "ban-unban" and player not in self.model.banned():
+            for action in ("ban", "unban"):
+                (speed.ban if action == "ban" else speed.unban)(player, self.now)
+                self.model.tombstone(player, action, self.now)
+        elif then == "void-other" and others:
+            other = data.draw(st.sampled_from(others))
+            speed.void(other.match_id, player, self.now, "test")
+            self.model.void(other.match_id, player, self.now)
+        elif then == "erase-other" and rest and len(self.model.erased) < 2 \
+                and "erase" not in KNOWN_DEFECTS:
+            self._erase(data.draw(st.sampled_from(rest)), writer)
+        elif then == "nights" and "nights-pass" not in KNOWN_DEFECTS:
+            self.nights_pass(data.draw(st.integers(2, 3)))
+        else:
+            then = "rebuild"
+            self.reader.flushall()
+            speed.rebuild(self.now)
+        STATS[f"redeliver_then_{then}"] += 1
 
     @precondition(lambda self: "backfill-visible" not in KNOWN_DEFECTS)
     @rule(matches=operations_events(PLAYERS, max_age_minutes=4 * 24 * 60))
@@ -509,15 +621,180 @@ class OperationsMachine(RuleBasedStateMachine):
         which hour-long steps seldom reach."""
         STATS["nights_pass"] += 1
         self.now += timedelta(days=days)
+        self._nightly_batch()
+        pointer = self.writers["a"].speed.current()
+        if apply_retention(self.lake, self.now.date(), self.registry.retention_days,
+                           speed=SpeedWatermark(present=True, watermark=pointer.watermark,
+                                                version=pointer.version),
+                           registry=self.registry).deleted:
+            STATS["retention_deleted"] += 1
+
+    @precondition(lambda self: "far-future" not in KNOWN_DEFECTS and self._turn(3, 0))
+    @rule(writer=st.sampled_from(["a", "b"]),
+          matches=operations_events(PLAYERS, min_age_minutes=-47 * 60, max_age_minutes=0),
+          night=st.booleans())
+    def ingest_ahead_within_the_skew(self, writer: str, matches: list[dict[str, Any]],
+                                     night: bool) -> None:
+        """Events up to 47 h ahead of their landing, within the registry's future_skew (2d):
+        accepted and counted in the windows of their event time; with `night`, the clock
+        moves to half past the next midnight and that night's batch runs at once, whose
+        as_of + 1 the events may lie after: no night stops on them (design invariant 7)."""
+        STATS["ingest_ahead_within_the_skew"] += 1
+        rows = self._new_rows(matches)
+        report = self._ingest(writer, rows)
+        assert (report.accepted, report.rejected) == (len(rows), 0), report.as_dict()
+        self._landed(rows)
+        if not night or "nights-pass" in KNOWN_DEFECTS:
+            return
+        self.now = datetime.combine(self.now.date() + timedelta(days=1), datetime.min.time(),
+                                    UTC) + timedelta(minutes=30)
+        if self._next_as_of() is not None and any(
+                r["event_time"].date() > self.now.date() for r in rows):
+            STATS["event_after_the_nights_calendar"] += 1  # as_of + 1 is today
+        self._nightly_batch()
+
+    def _turn(self, every: int, offset: int) -> bool:
+        """Whether a costly move (a night or two inside one step) may be drawn now: on one
+        checked step in `every` (`offset` apart, so that they take turns), which keeps the
+        model's time within its CI budget; each still meets its LEAST_AT_CI_SIZE."""
+        return (self.steps + offset) % every == 0
+
+    def _standings_files(self) -> set[Path]:
+        return set((self.lake / "standings").rglob("*.parquet"))
+
+    @precondition(lambda self: "erase-after-kill" not in KNOWN_DEFECTS and self._turn(5, 1)
+                  and "erase" not in KNOWN_DEFECTS and len(self.model.erased) < 2
+                  and bool(self.model.landed) and self._next_as_of() is not None)
+    @rule(data=st.data(), writer=st.sampled_from(["a", "b"]),
+          at=st.sampled_from(["batch.standings", "batch.checks"]))
+    def erase_after_a_killed_batch(self, data: st.DataObject, writer: str, at: str) -> None:
+        """The nightly batch is killed after writing its standings (before its manifest): it
+        leaves its lock file and a truncated standings file (a kill mid-write); then a player
+        is erased. The erasure finishes and the player is gone everywhere (no version names
+        the dead run's files); the next night runs."""
+        STATS["erase_after_a_killed_batch"] += 1
+        as_of = self._next_as_of()
+        assert as_of is not None
+        before = self._standings_files()
+
+        def die(_name: str) -> None:
+            raise _Killed
+
+        with faults.injected(at, die), pytest.raises(_Killed):
+            run_batch(self.settings, as_of)
+        left = sorted(self._standings_files() - before, key=lambda p: (p.stat().st_size, p))
+        if left:  # none when no window is open on as_of and nothing was absorbed
+            STATS["erase_after_a_killed_batch_with_a_torn_file"] += 1
+            torn = left[-1]
+            torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+        self._erase(data.draw(st.sampled_from(sorted({e.player_id for e in self.model.landed}))),
+                    writer)
+
+    def _absorbed_voidable(self) -> list[Event]:
+        watermark = self.model.watermark
+        return [e for e in self._voidable(False) if e.rows == 1 and watermark is not None
+                and e.ingested_at < watermark]
+
+    @precondition(lambda self: "void-before-retention" not in KNOWN_DEFECTS and self._turn(5, 2)
+                  and "void" not in KNOWN_DEFECTS and "nights-pass" not in KNOWN_DEFECTS
+                  and bool(self.model.landed))
+    @rule(data=st.data(), whole=st.booleans(), days=st.integers(1, 3),
+          before_batch=st.booleans())
+    def void_between_midnight_and_retention(self, data: st.DataObject, whole: bool,
+                                            days: int, before_batch: bool) -> None:
+        """Days pass to half past a midnight; a result the live version absorbed is voided
+        before that night's batch (`before_batch`) or after it, before its retention; then
+        retention runs, and the next night's batch. From the void on, the result counts
+        nowhere, live and in every later version: retention waits for the void, or the
+        batch applies it from the raw rows kept."""
+        STATS["void_between_midnight_and_retention"] += 1
+        self.now = datetime.combine(self.now.date() + timedelta(days=days),
+                                    datetime.min.time(), UTC) + timedelta(minutes=30)
+        for step in ("void", "batch") if before_batch else ("batch", "void"):
+            if step == "batch":
+                self._nightly_batch()
+                continue
+            absorbed = self._absorbed_voidable()
+            if absorbed:
+                STATS["void_of_absorbed_before_retention"] += 1
+                if (self.lake / "retention.json").exists():
+                    STATS["void_of_absorbed_after_retention"] += 1
+                event = data.draw(st.sampled_from(absorbed))
+                player = None if whole else event.player_id
+                self.writers["a"].speed.void(event.match_id, player, self.now, "test")
+                self.model.void(event.match_id, player, self.now)
+        self.retention_night()
+        self.unchanged = False
+        self.now += timedelta(days=1)
+        self._nightly_batch()
+
+    def _nightly_batch(self) -> None:
+        """The night's incremental batch and the speed layer's rebase, if a night is due."""
         if self._next_as_of() is not None:
             manifest, as_of = self._batch(False)
             self.writers["a"].speed.rebase(manifest)
             self._published(as_of)
-        pointer = self.writers["a"].speed.current()
-        if apply_retention(self.lake, self.now.date(), self.registry.retention_days,
-                           speed=SpeedWatermark(present=True, watermark=pointer.watermark,
-                                                version=pointer.version)).deleted:
-            STATS["retention_deleted"] += 1
+
+    def _edited(self, edit: str) -> dict[str, Any]:
+        """The registry after one edit: a region added (no board changes), a board added
+        (region:eu, a sum), or all_time_start moved to today (past the events held)."""
+        raw: dict[str, Any] = json.loads(json.dumps(self.raw))
+        self.edits += 1
+        if edit == "region":
+            raw["regions"] = [*raw["regions"], f"r{self.edits}"]
+        elif edit == "board":
+            raw["boards"] = [*raw["boards"], {"scope": "region:eu", "name": f"eu{self.edits}"}]
+        else:
+            raw["calendar"] = {**raw.get("calendar", {}),
+                               "all_time_start": self.now.date().isoformat()}
+        return raw
+
+    @precondition(lambda self: "rebind" not in KNOWN_DEFECTS and self._turn(5, 3)
+                  and "nights-pass" not in KNOWN_DEFECTS)
+    @rule(edit=st.sampled_from(["region", "board", "start-past-events"]),
+          days=st.integers(1, 2))
+    def edit_the_registry_and_rebind(self, edit: str, days: int) -> None:
+        """An operator edits the registry on purpose and runs `lake rebind`, then the nights
+        pass (batch, rebase, retention): a region or a board added is bound and the nights
+        publish, before retention or after it (a new board counts every event it applies
+        to: the batch ranks it from the rollups, whose history retention keeps); a start of
+        the all-time calendar moved past events the lake holds is refused (after retention
+        any calendar edit is: it needs raw events), the binding left as it was."""
+        retained = (self.lake / "retention.json").exists()
+        if self.model.erased and "rebind-after-erasure" in KNOWN_DEFECTS:
+            return
+        STATS["edit_the_registry_and_rebind"] += 1
+        raw = self._edited(edit)
+        registry = parse_registry(raw, source="test")
+        bound = bound_registry(self.lake)
+        if edit == "start-past-events":
+            start = registry.calendar.all_time_start
+            if retained or any(e.event_time.date() < start for e in self.model.landed):
+                with pytest.raises(RegistryBindingError):
+                    bind_registry(self.lake, registry, rebind=True)
+                assert bound_registry(self.lake) == bound
+                STATS["rebind_refused"] += 1
+            self.nights_pass(days)
+            return
+        bind_registry(self.lake, registry, rebind=True)
+        STATS[f"rebind_{edit}"] += 1
+        if retained:
+            STATS["rebind_after_retention"] += 1
+        if self.model.erased:
+            STATS["rebind_after_an_erasure"] += 1
+        self.raw = raw
+        write_registry(self.tmp / "registry.toml", raw)
+        self.settings = Settings.from_env({"LEADERBOARD_DATA": str(self.settings.data_dir),
+                                           "LEADERBOARD_CONFIG": str(self.tmp / "registry.toml")})
+        self.registry = registry
+        self._start_writers()
+        self.served = Leaderboards(self.lake, registry, self.reader, now=lambda: self.now,
+                                   pointer_ttl=3600.0)
+        if edit == "board":
+            name = raw["boards"][-1]["name"]
+            self.model.boards = (*self.model.boards, BoardSpec(
+                name, "region:eu", "sum", "shared", HORIZON, ("daily", "all-time"), KEY_LIMIT))
+        self.nights_pass(days)
 
     @rule(player=st.sampled_from(PLAYERS), action=st.sampled_from(["ban", "unban"]))
     def moderate(self, player: str, action: str) -> None:
@@ -537,12 +814,11 @@ class OperationsMachine(RuleBasedStateMachine):
         before its event time), independently of the product's helper. Retention itself
         waits until the live version holds every void, so no void made before it is
         lost."""
-        try:
-            ledger = json.loads((self.lake / "retention.json").read_text())
-        except FileNotFoundError:
+        deleted = self._deleted_through()
+        if deleted is None:
             return self.model.landed
         skew_days = -(-self.registry.future_skew // timedelta(days=1))  # rounded up
-        line = date.fromisoformat(ledger["deleted_through"]) + timedelta(days=skew_days + 1)
+        line = deleted + timedelta(days=skew_days + 1)
         watermark = self.model.watermark
         stuck = {(e.match_id, None if whole else e.player_id) for e in self.model.landed
                  if watermark is not None and e.ingested_at < watermark
@@ -608,7 +884,11 @@ class OperationsMachine(RuleBasedStateMachine):
         event of the id is refused with reason `erased`, the row beside it lands. At most
         two players are erased (the others' matches stand in for them from then on)."""
         STATS["erase_a_player"] += 1
-        player = data.draw(st.sampled_from(sorted({e.player_id for e in self.model.landed})))
+        self._erase(data.draw(st.sampled_from(sorted({e.player_id for e in self.model.landed}))),
+                    writer)
+
+    def _erase(self, player: str, writer: str) -> None:
+        """Erase `player` (see erase_a_player); then an event of the id is refused."""
         settings = Settings.from_env({"LEADERBOARD_DATA": str(self.settings.data_dir),
                                       "LEADERBOARD_CONFIG": str(self.tmp / "registry.toml"),
                                       "LEADERBOARD_NOW": self.now.isoformat()})
@@ -704,6 +984,45 @@ class OperationsMachine(RuleBasedStateMachine):
         self.model.watermark = datetime.combine(as_of + timedelta(days=1), datetime.min.time(),
                                                 UTC)
 
+    def _today_may_run(self) -> bool:
+        live = read_current(self.lake)
+        return live is None or live.as_of_date < self.now.date()
+
+    @precondition(lambda self: "open-day" not in KNOWN_DEFECTS and self._turn(4, 1)
+                  and self._today_may_run())
+    @rule(allow=st.booleans(), full=st.booleans(), writer=st.sampled_from(["a", "b"]),
+          matches=operations_events(PLAYERS))
+    def batch_of_today(self, allow: bool, full: bool, writer: str,
+                       matches: list[dict[str, Any]]) -> None:
+        """`batch --as-of <today>`, a night that has not ended: refused, naming the last
+        night that may run, and nothing published; with the operator's flag
+        (`--allow-open-day`) it publishes a version whose watermark is the instant it read
+        the lake, and what lands after it (drawn here, at once) stays on the live boards."""
+        STATS["batch_of_today"] += 1
+        self.now += timedelta(minutes=1)  # the run reads the lake after the last landing
+        today = self.now.date()
+        before = read_current(self.lake)
+        if not allow:
+            with pytest.raises(OpenNightRefused) as refused:
+                run_batch(self.settings, today, now=self.now)
+            assert (today - timedelta(days=1)).isoformat() in str(refused.value)
+            assert read_current(self.lake) == before
+            STATS["batch_of_today_refused"] += 1
+            return
+        full = full and not (self.lake / "retention.json").exists()
+        run_batch(self.settings, today, now=self.now, allow_open_day=True, full=full)
+        manifest = read_current(self.lake)
+        assert manifest is not None
+        assert manifest.as_of_date == today
+        self.writers["a"].speed.rebase(manifest)
+        self.model.watermark = self.now
+        STATS["batch_of_today_allowed"] += 1
+        self.now += timedelta(minutes=1)
+        rows = self._new_rows(matches)
+        report = self._ingest(writer, rows)
+        assert (report.accepted, report.rejected) == (len(rows), 0), report.as_dict()
+        self._landed(rows)
+
     @precondition(lambda self: self._next_as_of() is not None)
     @rule(full=st.booleans())
     def nightly_batch_and_rebase(self, full: bool) -> None:
@@ -759,7 +1078,7 @@ class OperationsMachine(RuleBasedStateMachine):
             report = apply_retention(
                 self.lake, self.now.date(), self.registry.retention_days,
                 speed=SpeedWatermark(present=True, watermark=pointer.watermark,
-                                     version=pointer.version))
+                                     version=pointer.version), registry=self.registry)
             if report.deleted:
                 STATS["retention_deleted"] += 1
 
