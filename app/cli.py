@@ -529,7 +529,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 def _cmd_erase(args: argparse.Namespace) -> int:
     """Erase a player everywhere (right to erasure): see app/erasure.py."""
-    from app.erasure import erase_player
+    from app.erasure import ErasureStopped, erase_player
     from app.http.service import ERASURE_SETTLE
 
     _player(args.player)
@@ -537,8 +537,12 @@ def _cmd_erase(args: argparse.Namespace) -> int:
         raise UsageError(f"erasing {args.player} cannot be undone; add --yes to confirm")
     settings = _settings(args)
     speed = _require_speed(settings)
-    result = erase_player(settings, speed, args.player, settle=ERASURE_SETTLE,
-                          say=(lambda m: None) if args.json else out.print)
+    try:
+        result = erase_player(settings, speed, args.player, settle=ERASURE_SETTLE,
+                              say=(lambda m: None) if args.json else out.print)
+    except ErasureStopped as exc:
+        err.print(f"erasure of {args.player} {exc}")
+        return 1
     if args.json:
         print(json.dumps(result))
     elif result["status"] == "incomplete":

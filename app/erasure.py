@@ -29,7 +29,7 @@ from jobs.erase import erase_from_lake
 from jobs.sweep import hold_run
 from jobs.warehouse import refresh_warehouse, warehouse_path
 from jobs.warehouse_links import links_dir
-from leaderboard.erasure import REDACTED, erasure_barrier
+from leaderboard.erasure import REDACTED, RewriteFailed, erasure_barrier
 from leaderboard.manifest import Manifest, read_current, swap_current, write_version
 from leaderboard.profiles import latest_profiles
 from leaderboard.settings import Settings
@@ -38,7 +38,7 @@ from leaderboard.timeutil import format_instant
 from serving.profiles import ProfileCache
 from speed_layer.service import SpeedLayer
 
-__all__ = ["ErasedPlayer", "erase_player", "erased_problem", "unless_erased"]
+__all__ = ["ErasedPlayer", "ErasureStopped", "erase_player", "erased_problem", "unless_erased"]
 
 
 def erased_problem(lake: Path, player: str) -> str | None:
@@ -55,6 +55,12 @@ def erased_problem(lake: Path, player: str) -> str | None:
 
 class ErasedPlayer(Exception):
     """An operator action named an erased player (`unless_erased`): the message says why."""
+
+
+class ErasureStopped(Exception):
+    """The erasure stopped part-way because a file of the lake could not be written (a full
+    disk, a permission): the message says so and what to do (fix it, run it again: the run
+    resumes). Every file is whole; the id is refused at ingest meanwhile."""
 
 
 @contextmanager
@@ -89,7 +95,10 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, s
 def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle: float,
            say: Callable[[str], None], sleep: Callable[[float], None]) -> dict[str, Any]:
     lake, now = settings.lake_dir, settings.now()
-    report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
+    try:
+        report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
+    except RewriteFailed as exc:
+        raise ErasureStopped(_stopped(lake, exc)) from exc
     # Nothing of the id in the lake (an id never seen, or erased before): no version or
     # warehouse holds it either; Redis is still cleaned and its files rewritten.
     found = report.found
@@ -148,6 +157,16 @@ def _remains(unreadable: list[str]) -> str:
             f"still hold the id: {', '.join(sorted(unreadable))}. Everything else is erased "
             "and the id is refused at ingest. Restore those files from a backup, then erase "
             "the player again")
+
+
+def _stopped(lake: Path, failed: RewriteFailed) -> str:
+    """What an erasure stopped by a failed write leaves to do, in words: nothing is damaged
+    (each write is atomic), so no backup is needed, only the cause fixed and a new run."""
+    where = failed.path.relative_to(lake) if failed.path.is_relative_to(lake) else failed.path
+    return (f"stopped part-way: {where} could not be written "
+            f"({failed.cause.strerror or failed.cause}). No file is damaged and the id is "
+            "refused at ingest; fix that (free disk space, check the permissions), then erase "
+            "the player again: the run resumes where this one stopped")
 
 
 def _republish(lake: Path, live: Manifest, now: datetime) -> str:

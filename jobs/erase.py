@@ -19,7 +19,9 @@ while the files are rewritten. Then the files of batch runs that died before the
 are swept (`jobs.sweep`): a killed run leaves a half-written Parquet file in place, which no
 reader of versions meets (none is named) but a walk of the lake does. A file the pass still
 cannot read is not a reason to stop half-way: it is listed (`LakeErasure.unreadable`), the
-rest is done, and the erasure stays under way until a run finds no such file. Redis, the
+rest is done, and the erasure stays under way until a run finds no such file. A file it
+cannot write (a full disk, a permission) stops it (`RewriteFailed`), as a kill does: the
+file is whole as it was, and a run once the cause is fixed resumes it. Redis, the
 warehouse and the live version's new id are the composition's part (`app/erasure.py`).
 Usage: `leaderboard erase PLAYER` (or the admin route `DELETE /v1/admin/players/{player_id}`).
 """
@@ -42,7 +44,13 @@ import pyarrow.parquet as pq
 from jobs.duckdb_engine import histogram_sql
 from jobs.sweep import SweepRefused, SweepReport, sweep_dead_runs, sweep_orphans
 from leaderboard.bans import bans_dir
-from leaderboard.erasure import erasure_dir, holds_player, record_erasure, without_player
+from leaderboard.erasure import (
+    erasure_dir,
+    holds_player,
+    record_erasure,
+    rewriting,
+    without_player,
+)
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.manifest import Manifest, manifests_dir, write_version
 from leaderboard.profiles import profiles_dir
@@ -102,7 +110,8 @@ def _rewrite(lake: Path, report: LakeErasure, kind: str, paths: list[Path], play
              redact: tuple[str, ...] = ()) -> set[str]:
     """Rewrite each file without the player's rows (and the id redacted from the `redact`
     text columns of the rows kept); returns the paths changed. A file it cannot read is
-    listed in the report's `unreadable` and left as it is."""
+    listed in the report's `unreadable` and left as it is; one it cannot write stops the
+    erasure (`leaderboard.erasure.RewriteFailed`: it is finished by running it again)."""
     changed = set()
     for path in paths:
         try:
@@ -207,13 +216,15 @@ def _standings(lake: Path, registry: Registry, player: str, paths: list[Path],
             merged = keep if new is None else pa.concat_tables([keep, new])
             merged = merged.sort_by([("window_id", "ascending"), ("kind", "ascending"),
                                      ("bucket", "ascending")])
-            atomic_write_parquet(merged, histogram)
+            with rewriting(histogram):
+                atomic_write_parquet(merged, histogram)
             report.files += 1
             hrel = str(histogram.relative_to(lake))
             for window in windows:
                 histogram_rows[(hrel, window)] = int(pc.sum(pc.equal(
                     merged.column("window_id"), window)).as_py() or 0)
-        atomic_write_parquet(fresh, path)
+        with rewriting(path):
+            atomic_write_parquet(fresh, path)
         report.rows += len(table) - len(fresh)
         report.files += 1
         report.windows += len(windows)

@@ -36,9 +36,9 @@ import pyarrow.parquet as pq
 from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
 from leaderboard.timeutil import format_instant
 
-__all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "ErasureRunning", "erasure_barrier",
-           "erasure_dir", "holds_player", "record_erasure", "redact_erased",
-           "without_player"]
+__all__ = ["ERASED_PREFIX", "REDACTED", "ErasureLedger", "ErasureRunning", "RewriteFailed",
+           "erasure_barrier", "erasure_dir", "holds_player", "record_erasure", "redact_erased",
+           "rewriting", "without_player"]
 
 #: What a quarantined row of an erased id holds in place of the id: this and the hash.
 ERASED_PREFIX = "erased:"
@@ -51,6 +51,28 @@ def erasure_dir(lake: Path) -> Path:
 class ErasureRunning(Exception):
     """The erasure barrier stayed held for longer than a caller would wait (`erasure_barrier`
     with `wait`): an erasure is running."""
+
+
+class RewriteFailed(Exception):
+    """Writing a file back without the player failed (a full disk, a permission, an I/O
+    error). The write is atomic, so the file is whole as it was: once the cause is fixed,
+    running the erasure again finishes it. Unlike a file that cannot be read, no backup
+    is needed."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(f"{path} could not be written: {cause.strerror or cause}")
+        self.path = path
+        self.cause = cause
+
+
+@contextmanager
+def rewriting(path: Path) -> Iterator[None]:
+    """The block writes `path` (or deletes it): an OSError there is `RewriteFailed`, told
+    apart from one reading a file."""
+    try:
+        yield
+    except OSError as exc:
+        raise RewriteFailed(path, exc) from exc
 
 
 @contextmanager
@@ -284,8 +306,9 @@ def without_player(path: Path, player_id: str, *, any_text: bool = False,
     changed = removed + int(pc.sum(redacted).as_py() or 0)
     if changed == 0:
         return 0
-    if drop_empty and kept.num_rows == 0:
-        path.unlink()
-    else:
-        atomic_write_parquet(kept, path)
+    with rewriting(path):
+        if drop_empty and kept.num_rows == 0:
+            path.unlink()
+        else:
+            atomic_write_parquet(kept, path)
     return changed

@@ -28,7 +28,7 @@ from lakes import EXOTIC, day, killed_batch, land, random_stream, registry_from,
 from oracle import reference_standings
 
 import leaderboard.erasure as erasure_module
-from app.erasure import erase_player
+from app.erasure import ErasureStopped, erase_player
 from jobs.batch import run_batch
 from jobs.release import validate_version
 from jobs.warehouse import refresh_warehouse
@@ -381,7 +381,8 @@ def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypa
         monkeypatch.setattr(speed, "rebase", stopped)
     else:
         monkeypatch.setattr(erase_module, "atomic_write_parquet", stopped_at_a_histogram)
-    with pytest.raises(OSError, match="stopped"):
+    # A failed write stops the lake pass with a sentence (ErasureStopped); the others raise.
+    with pytest.raises((OSError, ErasureStopped), match="stopped"):
         erase_player(settings, speed, VICTIM, settle=0.0)
     monkeypatch.undo()
 
@@ -489,6 +490,87 @@ def test_an_erasure_that_cannot_read_a_versions_file_says_what_remains(world, mo
         validate_version(lake, manifest.version, registry=registry)
     assert _redis_holding(client) == []
     assert _settled_holding(settings.data_dir) == []
+
+
+def _erase_over_http(settings: Settings, client: redis.Redis, player: str) -> Any:
+    """`DELETE /v1/admin/players/{player}` on an app over the world's data dir."""
+    import warnings
+
+    from app.http import ApiKeys, HttpConfig, create_app
+
+    with warnings.catch_warnings():  # starlette suggests httpx2; httpx is installed
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    admin = "admin-key-0123456789abcdef"
+    keys = ApiKeys.parse({"servers": {"eu-1": "eu-1-key-0123456789abcdef"},
+                          "admin_key": admin})
+    with TestClient(create_app(settings, HttpConfig(keys=keys), client=client)) as http:
+        return http.delete(f"/v1/admin/players/{player}", headers={"X-Admin-Key": admin})
+
+
+def test_an_erasure_that_cannot_write_a_file_stops_and_is_finished_by_running_it_again(
+        world, monkeypatch, capsys):
+    """A full disk while the erasure writes a landed file back without the player: the
+    file is whole as it was, so the answer is not "could not be read ... restore from a
+    backup" but a stop naming the file and the cause, to fix and run again (HTTP 503
+    `erasure_stopped`; CLI exit 1 with the sentence); a run once the disk has room
+    finishes it (`resumed`), every version in line with its files."""
+    import errno
+
+    from app.cli import main
+
+    settings, registry, client, speed = world
+    lake = settings.lake_dir
+    _land_victim(settings, speed, 81, days=2)
+    run_batch(settings, date(2026, 11, 28))
+    speed.rebase(read_current(lake))
+    real = erasure_module.atomic_write_parquet
+
+    def full_disk(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(erasure_module, "atomic_write_parquet", full_disk)
+        answer = _erase_over_http(settings, client, VICTIM)
+        assert answer.status_code == 503, answer.text
+        body = answer.json()
+        assert body["error"] == "erasure_stopped"
+        assert "events/ingest_date=" in body["message"]
+        assert "No space left on device" in body["message"]
+        assert "erase the player again" in body["message"]
+        assert "backup" not in body["message"]
+        _as_the_cli(patch, settings)
+        assert main(["erase", VICTIM, "--yes"]) == 1
+        printed = capsys.readouterr()
+        assert "could not be written (No space left on device)" in printed.err
+        assert "backup" not in printed.err
+        assert "Traceback" not in printed.err
+    assert erasure_module.atomic_write_parquet is real
+    result = erase_player(settings, speed, VICTIM, settle=0.0)
+    assert (result["status"], result["lake"]["resumed"]) == ("erased", True)
+    assert result["lake"]["rows"] > 0
+    assert not list((lake / "erasure").glob("pending-*"))
+    for manifest in list_versions(lake):
+        validate_version(lake, manifest.version, registry=registry)
+    assert _redis_holding(client) == []
+    assert _settled_holding(settings.data_dir) == []
+
+
+def test_an_erasure_that_cannot_read_a_landed_file_asks_for_it_restored(world):
+    """A landed file cut short (damaged on disk) cannot be read: the erasure does the rest
+    and answers `incomplete` naming the file and asking for it restored from a backup
+    (the write failure's sentence is not given for it)."""
+    settings, _registry, _client, _speed = world
+    lake = settings.lake_dir
+    _land_victim(settings, None, 82, days=1)
+    landed = landed_files(lake)[0].path
+    os.truncate(landed, landed.stat().st_size // 2)
+    result = erase_player(settings, None, VICTIM, settle=0.0)
+    assert result["status"] == "incomplete"
+    assert result["lake"]["unreadable"] == [str(landed.relative_to(lake))]
+    assert "could not be read" in result["remains"]
+    assert "Restore those files from a backup" in result["remains"]
+    assert "could not be written" not in result["remains"]
 
 
 def _stop_an_erasure(settings: Settings, speed: SpeedLayer, player: str,

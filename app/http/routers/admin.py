@@ -171,10 +171,14 @@ def voids(service: AdminDep,
 
 @router.delete("/v1/admin/players/{player_id}",
                summary="Erase a player everywhere (right to erasure)",
-               responses=documented(409, s409="`erasure_incomplete`: files of the lake could "
-                                              "not be read (`lake.unreadable` lists them); "
-                                              "the rest is erased; restore them, then erase "
-                                              "again"))
+               responses=documented(409, 503,
+                                    s409="`erasure_incomplete`: files of the lake could "
+                                         "not be read (`lake.unreadable` lists them); "
+                                         "the rest is erased; restore them, then erase "
+                                         "again",
+                                    s503="`erasure_stopped`: a file of the lake could not be "
+                                         "written (a full disk, a permission); none is "
+                                         "damaged; fix that, then erase again (it resumes)"))
 def erase(service: AdminDep,
           player_id: Annotated[str, Path(pattern=ID_PATTERN, description=ID_RULE)],
           ) -> dict[str, Any]:
@@ -182,9 +186,13 @@ def erase(service: AdminDep,
     version's standings and histograms), Redis (its AOF rewritten) and the warehouse; the
     ledger keeps a salted hash, and later events of the id are refused (reason `erased`).
     Idempotent: erasing an id again finds nothing more to remove."""
-    from app.erasure import erase_player
+    from app.erasure import ErasureStopped, erase_player
 
-    result = erase_player(service.settings, service.speed, player_id, settle=ERASURE_SETTLE)
+    try:
+        result = erase_player(service.settings, service.speed, player_id,
+                              settle=ERASURE_SETTLE)
+    except ErasureStopped as exc:
+        raise ApiError(503, "erasure_stopped", str(exc), player_id=player_id) from exc
     service.boards.forget_pointer()  # this process's next read follows the new version
     service.cache.clear()
     if result["status"] == "incomplete":
