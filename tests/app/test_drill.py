@@ -1,5 +1,5 @@
-"""The operator's drill on a generated season: after a ban and its unban, a rebuild of the
-speed state and a void, every live answer equals a full batch over the same lake."""
+"""The operator's drill on a generated season: after each of a ban, its unban, a rebuild of
+the speed state and a void, every live answer equals a full batch over the same lake."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import redis
 from views import Ranked, live_ranked
 
 from app.generate import GenerateSpec
@@ -21,6 +22,7 @@ from leaderboard.lake import landed_files
 from leaderboard.manifest import read_current
 from leaderboard.schema import identity_match_ids
 from leaderboard.settings import Settings
+from leaderboard.speed_keys import windows_key
 from serving.service import Leaderboards
 from speed_layer.service import SpeedLayer
 
@@ -71,12 +73,40 @@ def _full_batch(lake: Path, scratch: Path, as_of: date) -> Ranked:
     return found
 
 
-@pytest.mark.timeout(600)
-def test_ban_unban_rebuild_void_then_every_live_answer_equals_a_full_batch(tmp_path,
-                                                                          redis_client):
-    """Every player's live score and rank, in every board-window, equal a full batch over
-    the same lake after the drill, re-delivered events (copies on both sides of the
-    watermark) and the moved players included."""
+def _speed_windows(client: redis.Redis, speed: SpeedLayer) -> set[tuple[str, str]]:
+    """Every board-window the live speed version holds state in."""
+    held = set()
+    for raw in client.smembers(windows_key(speed.current().tag)):
+        board, _, window_id = raw.decode().partition("|")
+        held.add((board, window_id))
+    return held
+
+
+def _live_equals_a_full_batch(settings: Settings, speed: SpeedLayer, client: redis.Redis,
+                              scratch: Path, now: datetime, step: str,
+                              batch: Ranked | None = None) -> Ranked:
+    """Every live board-window (the batch's and those only the speed layer holds) equals a
+    full batch over a copy of the lake as it is now (`batch`: one already run on the same
+    lake); returns that batch."""
+    if batch is None:
+        batch = _full_batch(settings.lake_dir, scratch / step, now.date())
+    served = Leaderboards(settings.lake_dir, settings.registry, client, now=lambda: now,
+                          pointer_ttl=3600.0)
+    windows = sorted(set(batch) | _speed_windows(client, speed))
+    live = live_ranked(served, windows)
+    for key in windows:
+        assert live[key] == batch.get(key, []), (step, key)
+    return batch
+
+
+@pytest.mark.timeout(900)
+def test_after_each_step_of_a_ban_unban_rebuild_void_drill_live_equals_a_full_batch(
+        tmp_path, redis_client):
+    """After each step of the drill (a ban, its unban, a rebuild of the speed state, a
+    void), every player's live score and rank, in every live board-window (those only the
+    speed layer holds too, which a batch has empty), equal a full batch over the same lake,
+    re-delivered events (copies on both sides of the watermark) and the moved players
+    included."""
     settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path / "live")})
     registry, lake = settings.registry, settings.lake_dir
     generate_season(SPEC, registry, lake)
@@ -94,14 +124,17 @@ def test_ban_unban_rebuild_void_then_every_live_answer_equals_a_full_batch(tmp_p
     after = max(rows.column("ingested_at").to_pylist()) + timedelta(hours=1)
     moved = sorted(set(copies.column("player_id").to_pylist()))
     banned, voided = moved[0], moved[-1]
+    scratch = tmp_path / "full"
+
     speed.ban(banned, after)
+    _live_equals_a_full_batch(settings, speed, redis_client, scratch, after, "ban")
     speed.unban(banned, after + timedelta(minutes=1))
-    speed.rebuild(after + timedelta(minutes=2))
+    unbanned = _live_equals_a_full_batch(settings, speed, redis_client, scratch, after,
+                                         "unban")
+    speed.rebuild(after + timedelta(minutes=2))  # the lake is as at the unban
+    _live_equals_a_full_batch(settings, speed, redis_client, scratch, after, "rebuild",
+                              unbanned)
     voided_match = copies.filter(pc.equal(copies.column("player_id"), voided)).column(
         "match_id")[0].as_py()
     speed.void(voided_match, voided, after + timedelta(minutes=3))
-    batch = _full_batch(lake, tmp_path / "full", after.date())
-    served = Leaderboards(lake, registry, redis_client, now=lambda: after, pointer_ttl=3600.0)
-    live = live_ranked(served, batch)
-    for key, expected in batch.items():
-        assert live[key] == expected, key
+    _live_equals_a_full_batch(settings, speed, redis_client, scratch, after, "void")
