@@ -45,6 +45,7 @@ from leaderboard.lake import (
     fsync_dir,
     landed_files,
     open_landing_writes,
+    read_listed,
     stamp_range,
 )
 from leaderboard.manifest import Manifest, read_current
@@ -223,13 +224,11 @@ def _late_result(lake: Path, published: Manifest, speed: SpeedWatermark) -> _Lat
     index = VoidIndex.of(late)
     matches = pa.array(sorted(index.by_match), pa.string())
     found: _LateResult | None = None
-    for landed in landed_files(lake):
-        try:
-            rows = pq.read_table(landed.path, columns=["match_id", "player_id", "event_time",
-                                                       "ingested_at"],
-                                 filters=pc.field("match_id").isin(matches))
-        except FileNotFoundError:
-            continue  # compacted meanwhile: its rows are in the file that replaced it
+    # A compaction may replace files meanwhile: read_listed lists and reads again then.
+    for rows in read_listed(lambda: landed_files(lake), lambda files: [
+            pq.read_table(f.path, columns=["match_id", "player_id", "event_time",
+                                           "ingested_at"],
+                          filters=pc.field("match_id").isin(matches)) for f in files]):
         if rows.num_rows:
             rows = rows.filter(pc.less(rows.column("ingested_at"), pa.scalar(
                 max(marks), rows.schema.field("ingested_at").type)))

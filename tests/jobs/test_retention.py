@@ -8,10 +8,12 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from lakes import day, land, land_legacy_backfill, random_stream
 from views import published_standings
 
+from jobs import retention
 from jobs.batch import run_batch
 from jobs.compact import SpeedWatermark, compact_partition
 from jobs.retention import (
@@ -29,6 +31,7 @@ from leaderboard.manifest import list_versions, read_current, watermark_for
 from leaderboard.registry import load_registry
 from leaderboard.schema import EVENT_SCHEMA, TIMESTAMP
 from leaderboard.settings import Settings
+from leaderboard.voids import write_void
 
 START = day("2026-11-20")
 D = date(2026, 11, 20)
@@ -248,3 +251,34 @@ def test_retention_lists_only_the_expired_partitions(world, partitions_listed):
     assert set(report.deleted) == expired
     assert partitions_listed == expired
     assert not (lake / "events" / f"ingest_date={D}").exists()
+
+
+def test_a_late_void_is_found_while_compaction_replaces_the_files_it_reads(world,
+                                                                          monkeypatch):
+    """Compaction of a partition run between retention's listing of the lake and its read
+    of the files (the originals deleted once the compacted file is written): the result a
+    void the live version has not absorbed names is still found there, as without the
+    compaction, so the safe line stays before it."""
+    data, _control = world
+    lake = data / "lake"
+    published = read_current(lake)
+    assert published is not None
+    row = pq.read_table(landed_files(lake, days=[D])[0].path).to_pylist()[0]
+    write_void(lake, row["match_id"], row["player_id"],
+               published.watermark_at + timedelta(hours=1), reason="late")
+    expected = retention._late_result(lake, published, NO_SPEED)
+    assert expected is not None
+    assert expected.day == row["event_time"].date()
+    listed = retention.landed_files
+    compacted: list[int] = []
+
+    def compaction_meanwhile(*args, **kwargs):
+        files = listed(*args, **kwargs)
+        if not compacted:
+            report = compact_partition(lake, D, speed=NO_SPEED)
+            compacted.append(sum(c["originals"] for c in report.compacted))
+        return files
+
+    monkeypatch.setattr(retention, "landed_files", compaction_meanwhile)
+    assert retention._late_result(lake, published, NO_SPEED) == expected
+    assert compacted[0] > 1, "files listed were deleted before being read"
