@@ -336,12 +336,14 @@ def _versions(lake: Path, player: str | None, rollups: set[str],
         manifest.boards = {b: {"windows": int(w), "rows": int(r)} for b, w, r in zip(
             grouped.column("board").to_pylist(), grouped.column("window_id_count").to_pylist(),
             grouped.column("rows_sum").to_pylist(), strict=True)}
-        if path.suffix == ".json":
-            write_version(lake, manifest, rollups=rollup_index, standings=standings_index)
-        else:  # set aside (`.json.rejected`): its indexes and manifest in place
-            atomic_write_parquet(rollup_index, lake / manifest.index["rollups"]["path"])
-            atomic_write_parquet(standings_index, lake / manifest.index["standings"]["path"])
-            atomic_write_bytes(path, manifest.to_json().encode())
+        with rewriting(path):
+            if path.suffix == ".json":
+                write_version(lake, manifest, rollups=rollup_index, standings=standings_index)
+            else:  # set aside (`.json.rejected`): its indexes and manifest in place
+                atomic_write_parquet(rollup_index, lake / manifest.index["rollups"]["path"])
+                atomic_write_parquet(standings_index,
+                                     lake / manifest.index["standings"]["path"])
+                atomic_write_bytes(path, manifest.to_json().encode())
         report.versions += 1
 
 
@@ -358,7 +360,8 @@ def _releases(lake: Path, player: str, report: LakeErasure) -> None:
             report.rows += len(raw["rows"]) - len(rows)
             report.files += 1
             raw["rows"] = rows
-            atomic_write_bytes(path, json.dumps(raw, indent=1).encode())
+            with rewriting(path):
+                atomic_write_bytes(path, json.dumps(raw, indent=1).encode())
 
 
 def erase_from_lake(lake: Path, registry: Registry, player: str, *, at: datetime,
@@ -483,8 +486,9 @@ def _journal(marker: Path) -> set[str]:
 def _write_journal(marker: Path, files: set[str], *, repaired: bool = False) -> None:
     """The marker: the files, and whether the versions naming them are in line with them
     already (`repaired`: only the steps needing the id are left)."""
-    atomic_write_bytes(marker, json.dumps({"files": sorted(files), "repaired": repaired},
-                                          indent=1).encode())
+    with rewriting(marker):
+        atomic_write_bytes(marker, json.dumps({"files": sorted(files), "repaired": repaired},
+                                              indent=1).encode())
 
 
 def _markers(lake: Path, *, unrepaired: bool = False) -> dict[Path, set[str]]:
