@@ -560,10 +560,11 @@ class OperationsMachine(RuleBasedStateMachine):
         """A result an earlier night absorbed lands again on a later day (a game server's
         re-delivery past the door's horizon), of any points and possibly other content;
         then a path that recomputes the player's live part from the lake (`then`: a
-        rebuild, a ban and unban, a void of another result of theirs, another player's
-        erasure) or the nights pass: from then on the first accepted copy counts once, as
-        the batch counts it. Until one of those, the live fold may count the copy twice
-        (docs/architecture.md: the lambda trade), so the check waits for it."""
+        rebuild, a ban and unban, a void of another result of theirs on the same boards and
+        date, another player's erasure) or the nights pass: from then on the first accepted
+        copy counts once, as the batch counts it. Until one of those, the live fold may
+        count the copy twice (docs/architecture.md: the lambda trade), so the check waits
+        for it."""
         STATS["redeliver_across_days"] += 1
         event = data.draw(st.sampled_from(self._absorbed_and_forgotten()))
         row = {"match_id": event.match_id, "player_id": event.player_id,
@@ -575,8 +576,12 @@ class OperationsMachine(RuleBasedStateMachine):
         self._landed([row])
         player = event.player_id
         speed = self.writers["a"].speed
+        # A void recomputes the player's board-windows of the voided result only: another
+        # result of theirs on the same boards and date recomputes the copy's windows.
         others = [e for e in self._voidable(False) if e.player_id == player
-                  and e.identity != event.identity and e.rows == 1]
+                  and e.identity != event.identity and e.rows == 1
+                  and (e.region, e.mode, e.board, e.event_time.date()) == (
+                      event.region, event.mode, event.board, event.event_time.date())]
         rest = [p for p in PLAYERS if p != player and p not in self.model.erased
                 and any(e.player_id == p for e in self.model.landed)]
         if then == "ban-unban" and player not in self.model.banned():
