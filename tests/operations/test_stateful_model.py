@@ -152,7 +152,11 @@ STATS: Counter[str] = Counter()
 #: the whale's rule (session 8, 221 examples, `ci` profile): whale bursts 27, totals past
 #: the key limit 16, deltas over a base past it 9, void 263, void of an absorbed result after
 #: retention 2, erase 138, burst 447, retry of a held row 29, retention deleting 65,
-#: nights_pass 173, checks 4238 (a run of 338: bursts 19, past the limit 18). A
+#: nights_pass 173, checks 4238 (a run of 338: bursts 19, past the limit 18). With issue
+#: 21's moves (239 examples, 332 s): re-deliveries 63, events ahead 70 (8 past the night's
+#: calendar), erasures after a killed batch 11 (9 with a torn file), voids around retention
+#: 40 (28 of an absorbed result), registry edits 27 (9 boards, 14 regions, 3 refused; none
+#: after retention, hence `late`), batches of today 34 (17 refused, 17 allowed). A
 #: rule switched off in KNOWN_DEFECTS (any of the switches it needs) is waived: retention
 #: deletes raw events, and a void reaches an absorbed result after it, through nights_pass.
 CI_EXAMPLES = 200
@@ -168,14 +172,14 @@ LEAST_AT_CI_SIZE: dict[str, tuple[int, tuple[str, ...]]] = {
     "coins_delta_over_a_base_past_the_limit": (1, ()),
     "nights_pass": (20, ("nights-pass",)),
     "checks": (1000, ()),
-    "redeliver_across_days": (10, ("redeliver", "nights-pass")),
-    "ingest_ahead_within_the_skew": (10, ("far-future",)),
+    "redeliver_across_days": (20, ("redeliver", "nights-pass")),
+    "ingest_ahead_within_the_skew": (20, ("far-future",)),
     "event_after_the_nights_calendar": (3, ("far-future", "nights-pass")),
-    "erase_after_a_killed_batch_with_a_torn_file": (5, ("erase-after-kill", "erase")),
-    "void_of_absorbed_before_retention": (5, ("void-before-retention", "void", "nights-pass")),
+    "erase_after_a_killed_batch_with_a_torn_file": (3, ("erase-after-kill", "erase")),
+    "void_of_absorbed_before_retention": (8, ("void-before-retention", "void", "nights-pass")),
     "rebind_board": (3, ("rebind", "nights-pass")),
-    "rebind_region": (3, ("rebind", "nights-pass")),
-    "rebind_refused": (3, ("rebind", "nights-pass")),
+    "rebind_region": (4, ("rebind", "nights-pass")),
+    "rebind_refused": (2, ("rebind", "nights-pass")),
     "batch_of_today_refused": (5, ("open-day",)),
     "batch_of_today_allowed": (5, ("open-day",)),
     "rebind_after_retention": (2, ("rebind", "nights-pass")),
@@ -757,14 +761,18 @@ class OperationsMachine(RuleBasedStateMachine):
     @precondition(lambda self: "rebind" not in KNOWN_DEFECTS and self._turn(5, 3)
                   and "nights-pass" not in KNOWN_DEFECTS)
     @rule(edit=st.sampled_from(["region", "board", "start-past-events"]),
-          days=st.integers(1, 2))
-    def edit_the_registry_and_rebind(self, edit: str, days: int) -> None:
+          days=st.integers(1, 2), late=st.booleans())
+    def edit_the_registry_and_rebind(self, edit: str, days: int, late: bool) -> None:
         """An operator edits the registry on purpose and runs `lake rebind`, then the nights
         pass (batch, rebase, retention): a region or a board added is bound and the nights
         publish, before retention or after it (a new board counts every event it applies
         to: the batch ranks it from the rollups, whose history retention keeps); a start of
         the all-time calendar moved past events the lake holds is refused (after retention
-        any calendar edit is: it needs raw events), the binding left as it was."""
+        any calendar edit is: it needs raw events), the binding left as it was. With
+        `late`, five days pass first (a night and retention), so that half the edits come
+        after retention deleted raw events (else 0 a CI run: edits came early)."""
+        if late:
+            self.nights_pass(5)
         retained = (self.lake / "retention.json").exists()
         if self.model.erased and "rebind-after-erasure" in KNOWN_DEFECTS:
             return
