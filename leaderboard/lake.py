@@ -234,6 +234,8 @@ def stamp_range(path: Path, column: str = "ingested_at") -> tuple[datetime, date
     low = high = None
     lowest, highest = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
     for group in range(meta.num_row_groups):
+        if meta.row_group(group).num_rows == 0:  # written with no statistics: holds nothing
+            continue
         stats = meta.row_group(group).column(index).statistics
         if stats is None or not stats.has_min_max:
             return lowest, highest

@@ -527,13 +527,10 @@ def test_an_event_ahead_of_its_landing_within_the_skew_counts_in_its_own_window(
     assert {row[0] for row in got[("global", "all-time")]} == {"a", "b"}
 
 
-@pytest.mark.parametrize("edge", ["start", "end"])
-def test_a_rebind_leaving_landed_events_outside_the_calendar_is_refused(tmp_path, edge):
-    """A registry edit whose calendar leaves out events the lake holds (all_time_start after
-    the earliest event date, or all_time_end on or before the latest) is refused at `lake
-    rebind` (the binding stays), naming that date and the bound that keeps it; with that
-    bound the rebind is accepted and the next night publishes every event."""
-    from leaderboard.binding import RegistryBindingError, bind_registry, bound_registry
+def _landed_with_a_calendar(tmp_path):
+    """A lake bound to EXOTIC with an explicit calendar, holding two days of a random
+    stream: (its registry file, the raw registry, the lake, the events)."""
+    from leaderboard.binding import bind_registry
 
     config = tmp_path / "reg.toml"
     raw = dict(EXOTIC, calendar={"all_time_start": "2026-01-01"})
@@ -543,6 +540,18 @@ def test_a_rebind_leaving_landed_events_outside_the_calendar_is_refused(tmp_path
     bind_registry(lake, registry)
     events = random_stream(4, start=START, days=2)
     land(lake, registry, events)
+    return config, raw, lake, events
+
+
+@pytest.mark.parametrize("edge", ["start", "end"])
+def test_a_rebind_leaving_landed_events_outside_the_calendar_is_refused(tmp_path, edge):
+    """A registry edit whose calendar leaves out events the lake holds (all_time_start after
+    the earliest event date, or all_time_end on or before the latest) is refused at `lake
+    rebind` (the binding stays), naming that date and the bound that keeps it; with that
+    bound the rebind is accepted and the next night publishes every event."""
+    from leaderboard.binding import RegistryBindingError, bind_registry, bound_registry
+
+    config, raw, lake, events = _landed_with_a_calendar(tmp_path)
     run_batch(settings_for(tmp_path, str(config)), date(2026, 11, 30))
     earliest = min(e["event_time"] for e in events).date()
     latest = max(e["event_time"] for e in events).date()
@@ -564,6 +573,30 @@ def test_a_rebind_leaving_landed_events_outside_the_calendar_is_refused(tmp_path
     run_batch(settings_for(tmp_path, str(config)), date(2026, 12, 1))
     assert read_current(lake).as_of == "2026-12-01"
     assert_matches_reference(tmp_path, registry_from(moved), date(2026, 12, 1))
+
+
+def test_a_landed_file_an_erasure_emptied_bounds_no_rebind(tmp_path):
+    """A landed file left without rows by the erasure's pass (every player it held erased)
+    holds no event date: a rebind keeping every remaining event in the calendar is
+    accepted, and the next night publishes them."""
+    import pyarrow.parquet as pq
+
+    from leaderboard.binding import bind_registry
+    from leaderboard.erasure import without_player
+    from leaderboard.lake import landed_files
+
+    config, raw, lake, _ = _landed_with_a_calendar(tmp_path)
+    emptied = landed_files(lake)[0].path
+    for player in set(pq.read_table(emptied, columns=["player_id"])["player_id"].to_pylist()):
+        without_player(emptied, player)
+    assert pq.read_metadata(emptied).num_rows == 0
+    earliest = min(min(pq.read_table(f.path, columns=["event_time"])["event_time"].to_pylist())
+                   for f in landed_files(lake) if pq.read_metadata(f.path).num_rows)
+    moved = dict(raw, calendar={"all_time_start": earliest.date().isoformat()})
+    write_registry(config, moved)
+    bind_registry(lake, registry_from(moved), rebind=True)
+    run_batch(settings_for(tmp_path, str(config)), date(2026, 12, 1))
+    assert read_current(lake).as_of == "2026-12-01"
 
 
 def test_an_event_on_or_past_the_calendar_end_is_quarantined_and_nights_publish(tmp_path):
