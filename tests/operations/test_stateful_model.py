@@ -156,7 +156,9 @@ STATS: Counter[str] = Counter()
 #: 21's moves (239 examples, 332 s): re-deliveries 63, events ahead 70 (8 past the night's
 #: calendar), erasures after a killed batch 11 (9 with a torn file), voids around retention
 #: 40 (28 of an absorbed result), registry edits 27 (9 boards, 14 regions, 3 refused; none
-#: after retention, hence `late`), batches of today 34 (17 refused, 17 allowed). A
+#: after retention, hence `late`), batches of today 34 (17 refused, 17 allowed); the next
+#: run (241, 345 s): re-deliveries 27, 1 event past the night's calendar (hence the 40-47 h
+#: draws), edits after retention 7. A
 #: rule switched off in KNOWN_DEFECTS (any of the switches it needs) is waived: retention
 #: deletes raw events, and a void reaches an absorbed result after it, through nights_pass.
 CI_EXAMPLES = 200
@@ -172,7 +174,7 @@ LEAST_AT_CI_SIZE: dict[str, tuple[int, tuple[str, ...]]] = {
     "coins_delta_over_a_base_past_the_limit": (1, ()),
     "nights_pass": (20, ("nights-pass",)),
     "checks": (1000, ()),
-    "redeliver_across_days": (20, ("redeliver", "nights-pass")),
+    "redeliver_across_days": (10, ("redeliver", "nights-pass")),
     "ingest_ahead_within_the_skew": (20, ("far-future",)),
     "event_after_the_nights_calendar": (3, ("far-future", "nights-pass")),
     "erase_after_a_killed_batch_with_a_torn_file": (3, ("erase-after-kill", "erase")),
@@ -639,8 +641,11 @@ class OperationsMachine(RuleBasedStateMachine):
             STATS["retention_deleted"] += 1
 
     @precondition(lambda self: "far-future" not in KNOWN_DEFECTS and self._turn(3, 0))
+    # Half the batches 40-47 h ahead: of those drawn anywhere up to 47 h ahead, too few lay
+    # past the next night's as_of + 1 (1 in a CI run).
     @rule(writer=st.sampled_from(["a", "b"]),
-          matches=operations_events(PLAYERS, min_age_minutes=-47 * 60, max_age_minutes=0),
+          matches=operations_events(PLAYERS, min_age_minutes=-47 * 60, max_age_minutes=0)
+          | operations_events(PLAYERS, min_age_minutes=-47 * 60, max_age_minutes=-40 * 60),
           night=st.booleans())
     def ingest_ahead_within_the_skew(self, writer: str, matches: list[dict[str, Any]],
                                      night: bool) -> None:
