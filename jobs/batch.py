@@ -54,6 +54,7 @@ from leaderboard.faults import checkpoint
 from leaderboard.lake import (
     ROW_GROUP_SIZE,
     LandedFile,
+    LandingStuck,
     absorbed_with_compactions,
     landed_files,
     settle_landings,
@@ -548,7 +549,10 @@ def _plan(lake: Path, registry: Registry, as_of: date, *, full: bool, say: Step,
     if cut is not None:
         # An open day: every landing stamped before the cut is in place before the listing,
         # every later one stamped at or after it (its rows then stay speed events).
-        settle_landings(lake, cut)
+        try:
+            settle_landings(lake, cut, say=say)
+        except LandingStuck as exc:
+            raise OpenNightRefused(str(exc)) from None
     files = [f for f in landed_files(lake) if f.ingest_date <= as_of]
     previous = None if full else _previous(lake, as_of, registry)
     mode = "full"

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -37,9 +38,11 @@ __all__ = [
     "BACKFILL_FILE_ROWS",
     "COMPACTION_RECORD_SUFFIX",
     "COMPACTION_WRITER",
+    "LANDING_SETTLE_WAIT",
     "LANDING_TEMP_STALE",
     "ROW_GROUP_SIZE",
     "LandedFile",
+    "LandingStuck",
     "LandingWriter",
     "WriterBusy",
     "absorbed_with_compactions",
@@ -280,7 +283,27 @@ def landing_stamp(now: datetime, floor: datetime | None) -> datetime:
     return now if floor is None or now >= floor else floor
 
 
-def settle_landings(lake: Path, cut: datetime) -> None:
+#: How long an open day's batch waits for one writer's landing in flight (`settle_landings`).
+#: A landing holds its lock for milliseconds; one held this long is stopped, not slow.
+LANDING_SETTLE_WAIT = timedelta(seconds=60)
+_SETTLE_POLL = 0.05  # seconds between two tries of a held landing lock
+
+
+class LandingStuck(RuntimeError):
+    """A writer held its landing lock past the bound an open day's batch waits
+    (`settle_landings`): alive and not running (suspended, paused, stuck on a disk write)."""
+
+    def __init__(self, writer: str, waited: timedelta) -> None:
+        self.writer = writer
+        super().__init__(
+            f"writer {writer} has held its landing lock for {waited.total_seconds():g} s (a "
+            "landing takes milliseconds: the process is stopped or stuck, e.g. suspended with "
+            "Ctrl-Z, a paused container or a hung disk write): resume or stop that writer, "
+            "then run the batch again; nothing was published")
+
+
+def settle_landings(lake: Path, cut: datetime, *, wait: timedelta | None = None,
+                    say: Callable[[str], None] | None = None) -> None:
     """Make `cut` a line no landing crosses: every landing stamped before it is landed when
     this returns, and every later one is stamped at or after it.
 
@@ -290,7 +313,15 @@ def settle_landings(lake: Path, cut: datetime) -> None:
     landing`), then each writer's landing lock is taken and released once: a landing that
     held it when the cut was recorded (and may have read no cut) has then renamed its file.
     A batch lists the lake after this, so no landing stamped before its watermark appears
-    after its listing."""
+    after its listing.
+
+    Each lock is waited for at most `wait` (default LANDING_SETTLE_WAIT; `say` hears once
+    which writer is waited for), then LandingStuck: the batch must not list the lake. The
+    cut stays recorded: landings that read it were stamped at it, an instant already past
+    when they landed, which no version needs and none contradicts (their rows stay speed
+    events until a later version reads them), so withdrawing it would gain nothing and race
+    a concurrent batch's later cut."""
+    bound = LANDING_SETTLE_WAIT if wait is None else wait
     state = Path(lake) / "writers"
     state.mkdir(parents=True, exist_ok=True)
     floor = landing_floor(lake)
@@ -303,10 +334,30 @@ def settle_landings(lake: Path, cut: datetime) -> None:
         except FileNotFoundError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the landing in flight, if any
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            _wait_for_landing(fd, path.stem, bound, say)
         finally:
             os.close(fd)
+
+
+def _wait_for_landing(fd: int, writer: str, bound: timedelta,
+                      say: Callable[[str], None] | None) -> None:
+    """Take and release the landing lock on `fd` (the landing in flight, if any, is then
+    renamed), polling for at most `bound`; LandingStuck past it."""
+    deadline = time.monotonic() + bound.total_seconds()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LandingStuck(writer, bound) from None
+            if say is not None:
+                say(f"waiting for writer {writer}'s landing in flight (up to "
+                    f"{bound.total_seconds():g} s)")
+                say = None
+            time.sleep(_SETTLE_POLL)
+            continue
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return
 
 
 def held_landing(lake: Path, writer: str) -> str:

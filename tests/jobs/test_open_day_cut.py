@@ -4,6 +4,8 @@ whatever the interleaving of the landing's clock, its rename and the batch's lis
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from datetime import date, datetime, timedelta
 
@@ -11,9 +13,12 @@ import pyarrow as pa
 import pytest
 from lakes import day
 
+from jobs import batch
 from jobs.batch import run_batch
 from leaderboard import faults
-from leaderboard.lake import LandingWriter, landed_files
+from leaderboard import lake as lake_module
+from leaderboard.lake import LandingWriter, landed_files, landing_floor, landing_lock_path
+from leaderboard.manifest import list_versions
 from leaderboard.registry import load_registry
 from leaderboard.schema import TIMESTAMP
 from leaderboard.settings import Settings
@@ -91,3 +96,50 @@ def test_landings_stamped_before_an_open_days_cut_stay_on_the_live_boards(
     assert got == {"early": 5, "inflight": 7, "late": 9}
     assert invisible_files(lake, manifest) == []
     assert len(landed_files(lake)) == 3
+
+
+#: A process that takes a landing lock, says so, and stops itself (SIGSTOP) while holding it:
+#: a writer suspended in the middle of a landing.
+_HOLDER = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+def test_an_open_days_batch_refuses_a_writer_stopped_inside_a_landing(
+        tmp_path, redis_client, monkeypatch, capsys):
+    """A writer's process stopped while it holds its landing lock: `batch --allow-open-day`
+    waits a bounded time, saying for which writer, then exits 2 naming it and what to do;
+    nothing is published and the recorded cut stays. Once the writer is gone the same batch
+    publishes a version of the open day at its cut."""
+    registry = load_registry()
+    lake = tmp_path / "lake"
+    speed = SpeedLayer(redis_client, registry, lake)
+    _ingest(speed, "cli", "early", 5, day("2026-12-01T10:00:00"))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER,
+                               str(landing_lock_path(lake, "cli"))],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        monkeypatch.setattr(lake_module, "LANDING_SETTLE_WAIT", timedelta(seconds=0.2))
+        monkeypatch.setenv("LEADERBOARD_NOW", CUT.isoformat())
+        code = batch.main(["--as-of", "2026-12-01", "--allow-open-day",
+                           "--data", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert "waiting for writer cli's landing in flight" in err
+        assert "error: writer cli has held its landing lock for 0.2 s" in err
+        assert "resume or stop that writer, then run the batch again" in err
+        assert "Traceback" not in err
+        assert list_versions(lake) == []
+        assert landing_floor(lake) == CUT
+    finally:
+        holder.kill()
+        holder.wait()
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
+    result = run_batch(settings, TODAY, now=CUT, allow_open_day=True)
+    assert result.manifest.watermark_at == CUT
