@@ -63,3 +63,77 @@ def test_health_lists_only_changed_partitions_and_still_finds_a_late_landing(
     assert [f.writer for f in found] == ["late"]
     assert listed == [[DAY.date()]]
     assert found == visibility.unread_before(lake, version, landed_files(lake))
+
+
+def _counting(monkeypatch) -> list[str]:
+    """The names of the files whose footer health reads (`stamp_range`), in order."""
+    read: list[str] = []
+
+    def counted(path: Path, *args):
+        read.append(path.name)
+        return landed_stamp_range(path, *args)
+
+    landed_stamp_range = visibility.stamp_range
+    monkeypatch.setattr(visibility, "stamp_range", counted)
+    return read
+
+
+def test_under_steady_ingest_an_open_days_health_reads_each_new_file_once(
+        tmp_path, monkeypatch):
+    """An open day's version (watermark 13:00) while files keep landing in its day: each look
+    answers as the check over the whole lake, and reads the footer of the files landed since
+    the previous look only; a file landed with a clock before the watermark is found."""
+    lake = tmp_path / "lake"
+    _land(lake, "a", DAY + timedelta(hours=10))
+    cut = DAY + timedelta(hours=13)
+    run_batch(Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)}), DAY.date(), now=cut,
+              allow_open_day=True)
+    version = read_current(lake)
+    assert version.watermark_at == cut
+    read = _counting(monkeypatch)
+
+    def look() -> list[str]:
+        """The writers of the invisible files; `read` keeps the footers this look read."""
+        read.clear()
+        found = visibility.invisible_files(lake, version)
+        reads = list(read)
+        assert found == visibility.unread_before(lake, version, landed_files(lake))
+        read[:] = reads
+        return [f.writer for f in found]
+
+    for minute in range(3):
+        _land(lake, f"w{minute}", cut + timedelta(minutes=minute))
+    assert look() == []
+    assert sorted(read) == sorted(f.path.name for f in landed_files(lake) if f.writer != "a")
+    _land(lake, "next", cut + timedelta(minutes=5))
+    assert look() == []
+    assert read == [f.path.name for f in landed_files(lake) if f.writer == "next"]
+    assert look() == []
+    assert read == []
+    _land(lake, "behind", cut - timedelta(minutes=5))  # a clock behind the cut, no door
+    assert look() == ["behind"]
+    assert read == [f.path.name for f in landed_files(lake) if f.writer == "behind"]
+
+
+def test_health_never_lists_the_day_of_a_midnight_watermark(tmp_path, monkeypatch):
+    """After an ended night's version (watermark at the next midnight) files landing that
+    next day are never listed nor read: none can hold rows before the watermark."""
+    lake = tmp_path / "lake"
+    _land(lake, "a", DAY + timedelta(hours=10))
+    run_batch(Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)}), DAY.date())
+    version = read_current(lake)
+    _settle(lake)
+    assert visibility.invisible_files(lake, version) == []
+    listed: list[list[date] | None] = []
+
+    def spy(lake: Path, **kwargs):
+        listed.append(sorted(kwargs.get("days") or []))
+        return landed_files(lake, **kwargs)
+
+    monkeypatch.setattr(visibility, "landed_files", spy)
+    read = _counting(monkeypatch)
+    for hour in (1, 2):
+        _land(lake, f"today{hour}", DAY + timedelta(days=1, hours=hour))
+        assert visibility.invisible_files(lake, version) == []
+    assert listed == []
+    assert read == []
