@@ -78,7 +78,13 @@ pytestmark = pytest.mark.redis
 
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
-KNOWN_DEFECTS: set[str] = set()
+KNOWN_DEFECTS: set[str] = {
+    # a whole-match void of direct-board scores the live version absorbed, made after the
+    # night's batch: after retention and the next batch the scores are back (found by
+    # void_between_midnight_and_retention; shrunk: submit_scores x4 under m0, nights_pass
+    # x3, then the void of m0)
+    "void-direct-around-retention",
+}
 #: STATEFUL_TRY_DEFECTS=name,name (or `all`) runs those rules anyway: how a fix is checked
 #: before its switch is removed, and how the minimal failing examples are found.
 _TRY = os.environ.get("STATEFUL_TRY_DEFECTS", "")
@@ -725,7 +731,10 @@ class OperationsMachine(RuleBasedStateMachine):
             if step == "batch":
                 self._nightly_batch()
                 continue
-            absorbed = self._absorbed_voidable()
+            direct = {e.match_id for e in self.model.landed if e.board is not None}
+            absorbed = [e for e in self._absorbed_voidable()
+                        if "void-direct-around-retention" not in KNOWN_DEFECTS
+                        or (e.board is None and not (whole and e.match_id in direct))]
             if absorbed:
                 STATS["void_of_absorbed_before_retention"] += 1
                 if (self.lake / "retention.json").exists():
