@@ -23,14 +23,27 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow.parquet as pq
 
 from jobs.erase import erase_from_lake
 from jobs.sweep import hold_run
 from jobs.warehouse import refresh_warehouse, warehouse_path
 from jobs.warehouse_links import links_dir
-from leaderboard.erasure import REDACTED, RewriteFailed, erasure_barrier
-from leaderboard.manifest import Manifest, read_current, swap_current, write_version
+from leaderboard.erasure import (
+    REDACTED,
+    ErasureLedger,
+    RewriteFailed,
+    erasure_barrier,
+    rewriting,
+)
+from leaderboard.manifest import (
+    Manifest,
+    manifests_dir,
+    read_current,
+    swap_current,
+    write_version,
+)
 from leaderboard.profiles import latest_profiles
 from leaderboard.settings import Settings
 from leaderboard.speed_keys import StateLost
@@ -45,8 +58,6 @@ def erased_problem(lake: Path, player: str) -> str | None:
     """Why an operator action naming `player` (a ban, an unban, a void of their result) is
     refused, or None: an erased id never comes back into the lake, which the action's record
     would do (the ledger keeps only its salted hash)."""
-    from leaderboard.erasure import ErasureLedger
-
     if not ErasureLedger.load(lake).erased(player):
         return None
     return (f"player {player}'s data was erased (right to erasure): nothing is recorded "
@@ -58,9 +69,11 @@ class ErasedPlayer(Exception):
 
 
 class ErasureStopped(Exception):
-    """The erasure stopped part-way because a file of the lake could not be written (a full
-    disk, a permission): the message says so and what to do (fix it, run it again: the run
-    resumes). Every file is whole; the id is refused at ingest meanwhile."""
+    """The erasure stopped part-way because a file could not be written (a full disk, a
+    permission), at any step from the ledger to the warehouse: the message names the file
+    and the cause, says whether the id is refused at ingest yet and where the player can
+    still be seen, and what to do (fix it, run it again: the run resumes). Every file is
+    whole."""
 
 
 @contextmanager
@@ -94,11 +107,29 @@ def erase_player(settings: Settings, speed: SpeedLayer | None, player: str, *, s
 
 def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle: float,
            say: Callable[[str], None], sleep: Callable[[float], None]) -> dict[str, Any]:
-    lake, now = settings.lake_dir, settings.now()
+    # Every write of the erasure (the ledger, the sweeps, the lake's files, the marker, the
+    # manifests, the re-publish, the warehouse) that fails ends here, in one answer saying
+    # what the failed step leaves and what to do; `reached` is the part that was under way.
+    reached = _Reached()
     try:
-        report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
-    except RewriteFailed as exc:
-        raise ErasureStopped(_stopped(lake, exc)) from exc
+        return _steps(settings, speed, player, reached, settle=settle, say=say, sleep=sleep)
+    except (RewriteFailed, OSError, duckdb.IOException) as exc:
+        raise ErasureStopped(_stopped(settings, player, exc, reached.part)) from exc
+
+
+class _Reached:
+    """The part of an erasure under way: "boards" until Redis no longer holds the player
+    (up to then the servers' cached version and Redis can still show them), then
+    "warehouse"."""
+
+    part = "boards"
+
+
+def _steps(settings: Settings, speed: SpeedLayer | None, player: str, reached: _Reached, *,
+           settle: float, say: Callable[[str], None],
+           sleep: Callable[[float], None]) -> dict[str, Any]:
+    lake, now = settings.lake_dir, settings.now()
+    report = erase_from_lake(lake, settings.registry, player, at=now, say=say)
     # Nothing of the id in the lake (an id never seen, or erased before): no version or
     # warehouse holds it either; Redis is still cleaned and its files rewritten.
     found = report.found
@@ -139,6 +170,7 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
         result["redis"] = {"keys_deleted": deleted, "rewritten": speed.rewrite_persistence()}
         say(f"Redis: {deleted} key(s) deleted, files rewritten: "
             f"{', '.join(result['redis']['rewritten']) or 'none kept'}")
+    reached.part = "warehouse"
     if found and (warehouse_path(settings.data_dir).exists()
                   or links_dir(settings.data_dir).exists()):
         # The link tree relinked whole: a copy of a lake file in it (a data dir restored
@@ -159,14 +191,36 @@ def _remains(unreadable: list[str]) -> str:
             "the player again")
 
 
-def _stopped(lake: Path, failed: RewriteFailed) -> str:
-    """What an erasure stopped by a failed write leaves to do, in words: nothing is damaged
-    (each write is atomic), so no backup is needed, only the cause fixed and a new run."""
-    where = failed.path.relative_to(lake) if failed.path.is_relative_to(lake) else failed.path
-    return (f"stopped part-way: {where} could not be written "
-            f"({failed.cause.strerror or failed.cause}). No file is damaged and the id is "
-            "refused at ingest; fix that (free disk space, check the permissions), then erase "
-            "the player again: the run resumes where this one stopped")
+def _stopped(settings: Settings, player: str, exc: Exception, part: str) -> str:
+    """What an erasure stopped by a failed write leaves, in words: nothing is damaged (each
+    write is atomic), so no backup is needed, only the cause fixed and a new run; whether
+    the id is refused at ingest is read from the ledger (its write may be the one that
+    failed), and where the player can still be seen from the part under way."""
+    lake = settings.lake_dir
+    path: Path | None
+    if isinstance(exc, RewriteFailed):
+        path, cause = exc.path, exc.cause.strerror or str(exc.cause)
+    else:  # a write not named by `rewriting`: a sweep's delete, the warehouse's database
+        named = getattr(exc, "filename", None)
+        path = Path(named) if isinstance(named, str) else (
+            warehouse_path(settings.data_dir) if part == "warehouse" else None)
+        cause = getattr(exc, "strerror", None) or str(exc)
+    where = ("a file" if path is None
+             else path.relative_to(lake) if path.is_relative_to(lake) else path)
+    try:
+        refused = ErasureLedger.load(lake).erased(player)
+    except (OSError, ValueError, KeyError, TypeError):
+        refused = False
+    ingest = ("the id is refused at ingest" if refused else
+              "the id is NOT refused at ingest yet (the ledger of erasures does not hold it)")
+    seen = ("the player can still be shown on the public boards (the servers' cached "
+            "version and Redis hold them)" if part == "boards" else
+            "the public boards and Redis no longer hold the player, the warehouse's views "
+            "still can")
+    return (f"stopped part-way: {where} could not be written ({cause}). No file is damaged; "
+            f"{ingest}; {seen} until the erasure is run again and finishes. Fix the cause "
+            "(free disk space, check the permissions), then erase the player again: the run "
+            "resumes where this one stopped")
 
 
 def _republish(lake: Path, live: Manifest, now: datetime) -> str:
@@ -178,8 +232,9 @@ def _republish(lake: Path, live: Manifest, now: datetime) -> str:
     # A run like a batch's: its lock file is its tombstone, so the files of an erasure
     # killed before the manifest are swept by the next night (and no sweep deletes them
     # while they are written).
-    with hold_run(lake, version):
+    with hold_run(lake, version), rewriting(manifests_dir(lake) / f"{version}.json"):
         write_version(lake, copy, rollups=pq.read_table(lake / live.index["rollups"]["path"]),
                       standings=live.standings(lake))
-    swap_current(lake, version)
+    with rewriting(manifests_dir(lake) / "current.json"):
+        swap_current(lake, version)
     return version

@@ -20,8 +20,9 @@ are swept (`jobs.sweep`): a killed run leaves a half-written Parquet file in pla
 reader of versions meets (none is named) but a walk of the lake does. A file the pass still
 cannot read is not a reason to stop half-way: it is listed (`LakeErasure.unreadable`), the
 rest is done, and the erasure stays under way until a run finds no such file. A file it
-cannot write (a full disk, a permission) stops it (`RewriteFailed`), as a kill does: the
-file is whole as it was, and a run once the cause is fixed resumes it. Redis, the
+cannot write (a full disk, a permission), the ledger first, stops it (`RewriteFailed`; a
+sweep's failed delete is an OSError naming the file), as a kill does: the file is whole as
+it was, and a run once the cause is fixed resumes it. Redis, the
 warehouse and the live version's new id are the composition's part (`app/erasure.py`).
 Usage: `leaderboard erase PLAYER` (or the admin route `DELETE /v1/admin/players/{player_id}`).
 """
@@ -90,7 +91,8 @@ class LakeErasure:
         is no longer a resumed one. Not while a file could not be read: the marker stays,
         so each night's batch says the erasure is to be run again."""
         if self.marker is not None and self.complete:
-            self.marker.unlink(missing_ok=True)
+            with rewriting(self.marker):
+                self.marker.unlink(missing_ok=True)
 
     @property
     def found(self) -> bool:

@@ -127,17 +127,21 @@ def erasure_barrier(lake: Path, *, exclusive: bool, create: bool = True,
 
 
 def _salt(lake: Path) -> bytes:
-    """The data dir's salt, written on first use (exclusive create: one salt, ever)."""
+    """The data dir's salt, written on first use: whole in a temp file, then linked to its
+    name (one salt, ever; a write cut short by a full disk leaves no empty salt behind)."""
     path = erasure_dir(lake) / "salt"
     try:
         return bytes.fromhex(path.read_text().strip())
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".salt.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            with path.open("x") as handle:
-                handle.write(secrets.token_hex(32))
+            atomic_write_bytes(temp, secrets.token_hex(32).encode())
+            os.link(temp, path)
         except FileExistsError:
             pass
+        finally:
+            temp.unlink(missing_ok=True)
         return bytes.fromhex(path.read_text().strip())
 
 
@@ -177,8 +181,10 @@ class ErasureLedger:
 
 def record_erasure(lake: Path, player_id: str, at: datetime) -> str:
     """Add the id's salted hash to the ledger (first step of an erasure, so its events are
-    refused from then on); returns the hash."""
-    ledger = ErasureLedger(_salt(lake), frozenset())
+    refused from then on); returns the hash. A failed write (of the salt or the ledger) is
+    `RewriteFailed`: the ledger is as it was, without the id."""
+    with rewriting(erasure_dir(lake) / "salt"):
+        ledger = ErasureLedger(_salt(lake), frozenset())
     digest = ledger.hashed(player_id)
     path = erasure_dir(lake) / "ledger.json"
     try:
@@ -187,7 +193,8 @@ def record_erasure(lake: Path, player_id: str, at: datetime) -> str:
         entries = []
     if digest not in {e["hash"] for e in entries}:
         entries.append({"hash": digest, "at": format_instant(at)})
-        atomic_write_bytes(path, json.dumps({"erased": entries}, indent=1).encode())
+        with rewriting(path):
+            atomic_write_bytes(path, json.dumps({"erased": entries}, indent=1).encode())
     return digest
 
 

@@ -329,7 +329,7 @@ def test_an_erasure_killed_before_its_manifest_leaves_files_the_nightly_sweep_re
         real(target, payload)
 
     monkeypatch.setattr(manifest_module, "atomic_write_bytes", die_at_the_manifest)
-    with pytest.raises(OSError, match="killed before the manifest"):
+    with pytest.raises(ErasureStopped, match="killed before the manifest"):
         erase_player(settings, speed, VICTIM, settle=0.0)
     monkeypatch.undo()
     strays = [p for p in (lake / "manifests").iterdir()
@@ -381,8 +381,8 @@ def test_an_erasure_stopped_part_way_is_finished_by_the_next_run(world, monkeypa
         monkeypatch.setattr(speed, "rebase", stopped)
     else:
         monkeypatch.setattr(erase_module, "atomic_write_parquet", stopped_at_a_histogram)
-    # A failed write stops the lake pass with a sentence (ErasureStopped); the others raise.
-    with pytest.raises((OSError, ErasureStopped), match="stopped"):
+    # A failed write stops it with a sentence (ErasureStopped).
+    with pytest.raises(ErasureStopped, match="stopped"):
         erase_player(settings, speed, VICTIM, settle=0.0)
     monkeypatch.undo()
 
@@ -508,43 +508,91 @@ def _erase_over_http(settings: Settings, client: redis.Redis, player: str) -> An
         return http.delete(f"/v1/admin/players/{player}", headers={"X-Admin-Key": admin})
 
 
-@pytest.mark.parametrize(("written", "named"), [("a landed file", "events/ingest_date="),
-                                                 ("a manifest", "manifests/")])
+#: Where a full disk stops an erasure: (what is written, the name the sentence gives it,
+#: whether the ledger holds the id by then, whether the boards are clean by then).
+_FULL_DISK_AT = {
+    "the ledger": ("erasure/ledger.json", False, False),
+    "a swept file": ("events/ingest_date=", True, False),
+    "a landed file": ("events/ingest_date=", True, False),
+    "a manifest": ("manifests/", True, False),
+    "the re-publish": ("manifests/current.json", True, False),
+    "the warehouse": ("warehouse", True, True),
+}
+
+
+@pytest.mark.parametrize("written", list(_FULL_DISK_AT))
 def test_an_erasure_that_cannot_write_a_file_stops_and_is_finished_by_running_it_again(
-        world, monkeypatch, capsys, written, named):
-    """A full disk while the erasure writes a file back without the player (a landed file,
-    a version's manifest): the file is whole as it was, so the answer is not "could not be
-    read ... restore from a backup" but a stop naming the file and the cause, to fix and
-    run again (HTTP 503 `erasure_stopped`; CLI exit 1 with the sentence); a run once the
-    disk has room finishes it (`resumed`), every version in line with its files."""
+        world, monkeypatch, capsys, written):
+    """A full disk at any write of the erasure (the ledger of erasures, its first; the sweep
+    of a killed run's file; a landed file written back without the player; a version's
+    manifest; the live pointer's move; the warehouse): nothing is damaged, so the answer is
+    not "could not be read ... restore from a backup" nor a 500 or a traceback, but a stop
+    naming the file and the cause, saying whether the id is refused at ingest yet (not when
+    the ledger was the write that failed) and that the player can still be shown until a
+    new run finishes, to fix and run again (HTTP 503 `erasure_stopped`; CLI exit 1 with the
+    sentence); a run once the disk has room finishes it, every version in line with its
+    files."""
     import errno
 
     import jobs.erase as erase_module
     from app.cli import main
+    from leaderboard.erasure import ErasureLedger
 
     settings, registry, client, speed = world
     lake = settings.lake_dir
+    named, refused, boards_clean = _FULL_DISK_AT[written]
     _land_victim(settings, speed, 81, days=2)
     run_batch(settings, date(2026, 11, 28))
     speed.rebase(read_current(lake))
+    refresh_warehouse(settings.data_dir, registry)
     real = erasure_module.atomic_write_parquet
 
     def full_disk(*_args: object, **_kwargs: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    def full_disk_at(folder: str, write: Callable[..., None]) -> Callable[..., None]:
+        def maybe(target: Path, *args: object, **kwargs: object) -> None:
+            if str(target).startswith(str(lake / folder)):
+                full_disk()
+            write(target, *args, **kwargs)
+        return maybe
+
     with monkeypatch.context() as patch:
-        if written == "a landed file":
+        if written == "the ledger":
+            patch.setattr(erasure_module, "atomic_write_bytes", full_disk_at(
+                "erasure/ledger.json", erasure_module.atomic_write_bytes))
+        elif written == "a swept file":
+            swept = next(iter(sorted((lake / "events").rglob("*.parquet"))))
+
+            def sweep_that_fails(_lake: Path) -> None:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(swept))
+
+            patch.setattr(erase_module, "sweep_dead_runs", sweep_that_fails)
+        elif written == "a landed file":
             patch.setattr(erasure_module, "atomic_write_parquet", full_disk)
-        else:
+        elif written == "a manifest":
             patch.setattr(erase_module, "write_version", full_disk)
+        elif written == "the re-publish":
+            import leaderboard.manifest as manifest_module
+            patch.setattr(manifest_module, "atomic_write_bytes", full_disk_at(
+                "manifests/current.json", manifest_module.atomic_write_bytes))
+        else:
+            import jobs.warehouse as warehouse_module
+            patch.setattr(warehouse_module, "_refresh", full_disk)
         answer = _erase_over_http(settings, client, VICTIM)
         assert answer.status_code == 503, answer.text
         body = answer.json()
         assert body["error"] == "erasure_stopped"
-        assert named in body["message"]
-        assert "No space left on device" in body["message"]
-        assert "erase the player again" in body["message"]
-        assert "backup" not in body["message"]
+        message = body["message"]
+        assert named in message
+        assert "No space left on device" in message
+        assert "erase the player again" in message
+        assert "backup" not in message
+        assert ErasureLedger.load(lake).erased(VICTIM) is refused
+        assert ("the id is refused at ingest" in message) is refused
+        assert ("NOT refused at ingest yet" in message) is not refused
+        assert ("can still be shown on the public boards" in message) is not boards_clean
+        assert "until the erasure is run again and finishes" in message
         _as_the_cli(patch, settings)
         assert main(["erase", VICTIM, "--yes"]) == 1
         printed = capsys.readouterr()
@@ -553,7 +601,9 @@ def test_an_erasure_that_cannot_write_a_file_stops_and_is_finished_by_running_it
         assert "Traceback" not in printed.err
     assert erasure_module.atomic_write_parquet is real
     result = erase_player(settings, speed, VICTIM, settle=0.0)
-    assert (result["status"], result["lake"]["resumed"]) == ("erased", True)
+    assert result["status"] == "erased"
+    assert result["lake"]["resumed"] is refused  # a run stopped at its ledger left nothing
+    assert ErasureLedger.load(lake).erased(VICTIM)
     assert not list((lake / "erasure").glob("pending-*"))
     for manifest in list_versions(lake):
         validate_version(lake, manifest.version, registry=registry)
@@ -588,7 +638,7 @@ def _stop_an_erasure(settings: Settings, speed: SpeedLayer, player: str,
 
     with monkeypatch.context() as patch:
         patch.setattr(erase_module, "_versions", stopped)
-        with pytest.raises(OSError, match="stopped"):
+        with pytest.raises(ErasureStopped, match="stopped"):
             erase_player(settings, speed, player, settle=0.0)
 
 

@@ -176,9 +176,11 @@ def voids(service: AdminDep,
                                          "not be read (`lake.unreadable` lists them); "
                                          "the rest is erased; restore them, then erase "
                                          "again",
-                                    s503="`erasure_stopped`: a file of the lake could not be "
-                                         "written (a full disk, a permission); none is "
-                                         "damaged; fix that, then erase again (it resumes)"))
+                                    s503="`erasure_stopped`: a file could not be written (a "
+                                         "full disk, a permission; from the ledger to the "
+                                         "warehouse); none is damaged; the message says "
+                                         "whether the id is refused at ingest yet; fix "
+                                         "that, then erase again (it resumes)"))
 def erase(service: AdminDep,
           player_id: Annotated[str, Path(pattern=ID_PATTERN, description=ID_RULE)],
           ) -> dict[str, Any]:
