@@ -228,6 +228,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             err.log(message)
 
         try:
+            OpenNightRefused.check_clock(settings.now(), args.allow_open_day)
             result = run_batch(settings, as_of, full=args.full, step=step,
                                allow_rewind=args.allow_rewind, now=settings.now(),
                                allow_open_day=args.allow_open_day)
@@ -335,7 +336,8 @@ _STATUS_LABELS = {"version": "batch version (base)", "watermark": "watermark",
                   "holes": "files left unfolded behind later ones", "state": "speed state",
                   "newest_landed": "newest landed file per writer",
                   "folded": "folded through, per writer", "keys": "Redis keys",
-                  "memory_bytes": "Redis memory", "banned": "banned players"}
+                  "memory_bytes": "Redis memory", "banned": "banned players",
+                  "open_day_cut_ahead": "open-day cut ahead of the clock (stamps landings)"}
 
 
 def render_speed_status(status: dict[str, Any]) -> Table:

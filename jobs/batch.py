@@ -659,6 +659,25 @@ class OpenNightRefused(PublishError):
                       "anyway, add --allow-open-day (what lands later stays live)")
         return now
 
+    @classmethod
+    def check_clock(cls, now: datetime, allow_open_day: bool,
+                    wall: datetime | None = None) -> None:
+        """Refuse an open day's batch run with a clock (--now / LEADERBOARD_NOW) ahead of the
+        wall clock by more than OPEN_DAY_CLOCK_SKEW: its cut is the floor of every later
+        landing's stamp (`settle_landings`), so all would be stamped at that future instant.
+        A clock in the past (a replay) records a cut already past, which restamps nothing."""
+        wall = datetime.now(UTC) if wall is None else wall
+        if allow_open_day and now > wall + OPEN_DAY_CLOCK_SKEW:
+            raise cls(f"--allow-open-day with a clock ahead of the wall clock (the batch's clock "
+                      f"is {format_instant(now)}, the wall clock {format_instant(wall)}): its "
+                      "cut would stamp every later landing at that future instant. Run it "
+                      "without --now / LEADERBOARD_NOW, or with a clock not ahead of the wall "
+                      "clock")
+
+
+#: How far an open day's batch's clock may be ahead of the wall clock (`check_clock`).
+OPEN_DAY_CLOCK_SKEW = timedelta(minutes=5)
+
 
 def _retention_ran(lake: Path) -> bool:
     """Whether retention deleted raw events (its ledger, `jobs.retention.LEDGER`)."""
@@ -1029,6 +1048,7 @@ def main(argv: list[str] | None = None) -> int:
     bind_registry(settings.lake_dir, settings.registry)
     as_of = date.fromisoformat(args.as_of)
     try:
+        OpenNightRefused.check_clock(settings.now(), args.allow_open_day)
         result = run_batch(settings, as_of, full=args.full,
                            step=lambda message: print(message, file=sys.stderr),
                            allow_rewind=args.allow_rewind, now=settings.now(),

@@ -63,6 +63,7 @@ __all__ = [
     "parse_landed_name",
     "quarantine_dir",
     "read_listed",
+    "retire_landing_floor",
     "settle_landings",
     "stamp_range",
 ]
@@ -277,6 +278,33 @@ def landing_floor(lake: Path) -> datetime | None:
         return None
 
 
+@contextmanager
+def _cut_lock(lake: Path) -> Iterator[None]:
+    """Serialise the changes of the recorded cut (a batch raising it, a publish retiring
+    it): a retirement never deletes a later cut recorded meanwhile."""
+    fd = os.open(Path(lake) / "writers" / f"{_CUT_NAME}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def retire_landing_floor(lake: Path, watermark: datetime) -> bool:
+    """Delete the recorded cut once a published version's `watermark` is past it: that
+    version reads every landing stamped before it, so the floor protects nothing any more
+    (a cut ahead of the clock would otherwise restamp every later landing). The open day's
+    own version (watermark == cut) keeps it. Whether it was deleted."""
+    if not (Path(lake) / "writers" / _CUT_NAME).exists():
+        return False
+    with _cut_lock(lake):
+        floor = landing_floor(lake)
+        if floor is None or floor >= watermark:
+            return False
+        (Path(lake) / "writers" / _CUT_NAME).unlink(missing_ok=True)
+        return True
+
+
 def landing_stamp(now: datetime, floor: datetime | None) -> datetime:
     """The instant a landing is stamped with: its clock `now`, or the floor when that is
     later (`LandingWriter.landing` yields it)."""
@@ -324,10 +352,11 @@ def settle_landings(lake: Path, cut: datetime, *, wait: timedelta | None = None,
     bound = LANDING_SETTLE_WAIT if wait is None else wait
     state = Path(lake) / "writers"
     state.mkdir(parents=True, exist_ok=True)
-    floor = landing_floor(lake)
-    if floor is None or floor < cut:
-        atomic_write_bytes(state / _CUT_NAME,
-                           json.dumps({"cut": to_utc(cut).isoformat()}).encode())
+    with _cut_lock(lake):
+        floor = landing_floor(lake)
+        if floor is None or floor < cut:
+            atomic_write_bytes(state / _CUT_NAME,
+                               json.dumps({"cut": to_utc(cut).isoformat()}).encode())
     for path in sorted(state.glob("*.landing")):
         try:
             fd = os.open(path, os.O_RDWR)

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from leaderboard.lake import atomic_write_bytes, atomic_write_parquet
+from leaderboard.lake import atomic_write_bytes, atomic_write_parquet, retire_landing_floor
 
 __all__ = [
     "ROLLUP_INDEX_SCHEMA",
@@ -164,9 +164,10 @@ def read_version(lake: Path, version: str) -> Manifest:
 
 def swap_current(lake: Path, version: str) -> None:
     """Make `version` live: one atomic rename of manifests/current.json."""
-    read_version(lake, version)  # refuse to point at a manifest that is not there
+    manifest = read_version(lake, version)  # refuse to point at a manifest not there
     payload = json.dumps({"version": version}).encode()
     atomic_write_bytes(manifests_dir(lake) / "current.json", payload)
+    retire_landing_floor(lake, manifest.watermark_at)
 
 
 def read_current(lake: Path) -> Manifest | None:

@@ -27,6 +27,7 @@ from leaderboard.lake import (
     held_landing,
     idle_landing,
     landed_files,
+    landing_floor,
     parse_landed_name,
     read_listed,
 )
@@ -176,9 +177,18 @@ class SpeedStatus:
     keys: int
     memory_bytes: int
     banned: int
+    #: The open day's cut recorded by `batch --allow-open-day` while it is ahead of the wall
+    #: clock: every landing is stamped at it until then (`leaderboard.lake.landing_floor`).
+    open_day_cut_ahead: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
+
+
+def _cut_ahead(lake: Path) -> str | None:
+    """The recorded open day's cut when it is ahead of the wall clock (None otherwise)."""
+    floor = landing_floor(lake)
+    return floor.isoformat() if floor is not None and floor > datetime.now(UTC) else None
 
 
 def _applied_key(void: Void) -> str:
@@ -1153,6 +1163,7 @@ class SpeedLayer:
             lag_files=len(pending), holes=len(holes), newest_landed=newest,
             folded=dict(sorted(progress.floors.items())), keys=keys,
             memory_bytes=memory + door_bytes, banned=int(self.client.scard(BANNED)),
+            open_day_cut_ahead=_cut_ahead(self.lake),
         )
 
     def _state_memory(self, version: SpeedVersion) -> tuple[int, int]:

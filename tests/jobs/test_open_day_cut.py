@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 import pytest
@@ -143,3 +143,43 @@ def test_an_open_days_batch_refuses_a_writer_stopped_inside_a_landing(
     settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
     result = run_batch(settings, TODAY, now=CUT, allow_open_day=True)
     assert result.manifest.watermark_at == CUT
+
+
+def test_an_open_days_batch_refuses_a_clock_ahead_of_the_wall_clock(tmp_path, monkeypatch,
+                                                                   capsys):
+    """`--allow-open-day` with LEADERBOARD_NOW two days ahead of the wall clock exits 2
+    saying so (its cut would stamp every later landing at that future instant): no cut is
+    recorded, nothing is published."""
+    ahead = datetime.now(UTC) + timedelta(days=2)
+    monkeypatch.setenv("LEADERBOARD_NOW", ahead.isoformat())
+    code = batch.main(["--as-of", ahead.date().isoformat(), "--allow-open-day",
+                       "--data", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: --allow-open-day with a clock ahead of the wall clock" in err
+    assert "Run it without --now / LEADERBOARD_NOW" in err
+    lake = tmp_path / "lake"
+    assert landing_floor(lake) is None
+    assert list_versions(lake) == []
+
+
+def test_the_cut_is_shown_while_ahead_of_the_clock_and_retired_once_a_version_passes_it(
+        tmp_path, redis_client):
+    """The open day's own version keeps its cut; the next night's version, whose watermark
+    is past it, retires it. A cut recorded ahead of the wall clock is shown by the speed
+    layer's status (`speed status`, the console) until then; one in the past is not."""
+    registry = load_registry()
+    lake = tmp_path / "lake"
+    settings = Settings.from_env({"LEADERBOARD_DATA": str(tmp_path)})
+    speed = SpeedLayer(redis_client, registry, lake)
+    _ingest(speed, "cli", "early", 5, day("2026-12-01T10:00:00"))
+    speed.rebase(run_batch(settings, TODAY, now=CUT, allow_open_day=True).manifest)
+    assert landing_floor(lake) == CUT
+    assert speed.status().as_dict()["open_day_cut_ahead"] is None
+    night = run_batch(settings, TODAY, now=day("2026-12-02T01:00:00"))
+    assert night.manifest.watermark_at > CUT
+    assert landing_floor(lake) is None
+    speed.rebase(night.manifest)
+    ahead = (datetime.now(UTC) + timedelta(days=6)).replace(microsecond=0)
+    lake_module.settle_landings(lake, ahead)
+    assert speed.status().as_dict()["open_day_cut_ahead"] == ahead.isoformat()

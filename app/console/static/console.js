@@ -564,6 +564,8 @@
         ["memory", bytes(sp.memory_bytes)], ["banned players", num(sp.banned)],
         ["folded (writer: seq)", Object.entries(sp.folded).map(([w, q]) => `${w}: ${q}`)
           .join(", ") || "—"],
+        ...(sp.open_day_cut_ahead ? [["open-day cut ahead of the clock",
+          `${sp.open_day_cut_ahead}: every landing is stamped at it until then`]] : []),
       ] : [["problem", ops.speed_problem]]);
       const ok = health.status === "ok";
       $("#ops-health-status").replaceChildren(h("span", { class: ok ? "badge" : "badge bad" },
