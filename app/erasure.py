@@ -119,8 +119,8 @@ def _erase(settings: Settings, speed: SpeedLayer | None, player: str, *, settle:
 
 class _Reached:
     """The part of an erasure under way: "boards" until Redis no longer holds the player
-    (up to then the servers' cached version and Redis can still show them), then
-    "warehouse"."""
+    (up to then the servers' cached version and Redis can still show them), "redis" while
+    Redis rewrites its files, then "warehouse"."""
 
     part = "boards"
 
@@ -167,6 +167,7 @@ def _steps(settings: Settings, speed: SpeedLayer | None, player: str, reached: _
         # Other versions' keys go only once every server reads the live pointer (this
         # erasure's rebase or rebuild, or a nightly rebase a moment ago).
         deleted = speed.erase(player, keep=state.tag, settle=lambda: sleep(settle))
+        reached.part = "redis"
         result["redis"] = {"keys_deleted": deleted, "rewritten": speed.rewrite_persistence()}
         say(f"Redis: {deleted} key(s) deleted, files rewritten: "
             f"{', '.join(result['redis']['rewritten']) or 'none kept'}")
@@ -213,10 +214,12 @@ def _stopped(settings: Settings, player: str, exc: Exception, part: str) -> str:
         refused = False
     ingest = ("the id is refused at ingest" if refused else
               "the id is NOT refused at ingest yet (the ledger of erasures does not hold it)")
-    seen = ("the player can still be shown on the public boards (the servers' cached "
-            "version and Redis hold them)" if part == "boards" else
-            "the public boards and Redis no longer hold the player, the warehouse's views "
-            "still can")
+    seen = {"boards": "the player can still be shown on the public boards (the servers' "
+                      "cached version and Redis hold them)",
+            "redis": "the public boards no longer show the player, Redis's files and the "
+                     "warehouse's views can still hold the id"}.get(
+        part, "the public boards and Redis no longer hold the player, the warehouse's views "
+              "still can")
     return (f"stopped part-way: {where} could not be written ({cause}). No file is damaged; "
             f"{ingest}; {seen} until the erasure is run again and finishes. Fix the cause "
             "(free disk space, check the permissions), then erase the player again: the run "

@@ -4,6 +4,7 @@ rebuild, bans and status. The CLI, the HTTP app and the DAG all go through it.
 
 from __future__ import annotations
 
+import errno
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -1110,6 +1111,7 @@ class SpeedLayer:
             client.bgrewriteaof()
             cls._wait_for(client, lambda i: not int(i.get("aof_rewrite_in_progress", 0))
                           and not int(i.get("aof_rewrite_scheduled", 0)), poll, limit)
+            cls._written(client, "aof_last_bgrewrite_status", "Redis's append-only file")
             done.append("aof")
         try:
             save = client.config_get("save").get("save", "")
@@ -1121,8 +1123,18 @@ class SpeedLayer:
             client.bgsave()
             cls._wait_for(client, lambda i: not int(i.get("rdb_bgsave_in_progress", 0)),
                           poll, limit)
+            cls._written(client, "rdb_last_bgsave_status", "Redis's snapshot")
             done.append("rdb")
         return done
+
+    @staticmethod
+    def _written(client: redis.Redis, field: str, what: str) -> None:
+        """Raise OSError (naming `what`) when Redis's background write just waited for
+        failed (a full disk on Redis's side): the old file stays, with the erased bytes."""
+        status = client.info("persistence").get(field, "ok")
+        if status != "ok":
+            raise OSError(errno.EIO, f"Redis reports {field}: {status}; its log says why",
+                          what)
 
     @staticmethod
     def _wait_for(client: redis.Redis, ready: Any, poll: float, limit: float) -> None:

@@ -516,6 +516,7 @@ _FULL_DISK_AT = {
     "a landed file": ("events/ingest_date=", True, False),
     "a manifest": ("manifests/", True, False),
     "the re-publish": ("manifests/current.json", True, False),
+    "Redis's append-only file": ("Redis's append-only file", True, True),
     "the warehouse": ("warehouse", True, True),
 }
 
@@ -525,7 +526,8 @@ def test_an_erasure_that_cannot_write_a_file_stops_and_is_finished_by_running_it
         world, monkeypatch, capsys, written):
     """A full disk at any write of the erasure (the ledger of erasures, its first; the sweep
     of a killed run's file; a landed file written back without the player; a version's
-    manifest; the live pointer's move; the warehouse): nothing is damaged, so the answer is
+    manifest; the live pointer's move; Redis's rewrite of its append-only file; the
+    warehouse): nothing is damaged, so the answer is
     not "could not be read ... restore from a backup" nor a 500 or a traceback, but a stop
     naming the file and the cause, saying whether the id is refused at ingest yet (not when
     the ledger was the write that failed) and that the player can still be shown until a
@@ -576,6 +578,16 @@ def test_an_erasure_that_cannot_write_a_file_stops_and_is_finished_by_running_it
             import leaderboard.manifest as manifest_module
             patch.setattr(manifest_module, "atomic_write_bytes", full_disk_at(
                 "manifests/current.json", manifest_module.atomic_write_bytes))
+        elif written == "Redis's append-only file":  # a full disk on Redis's side
+            real_info = redis.Redis.info
+
+            def info_after_a_failed_rewrite(self: redis.Redis, *args: Any, **kwargs: Any
+                                            ) -> Any:
+                found = real_info(self, *args, **kwargs)
+                return (dict(found, aof_last_bgrewrite_status="err")
+                        if args[:1] == ("persistence",) else found)
+
+            patch.setattr(redis.Redis, "info", info_after_a_failed_rewrite)
         else:
             import jobs.warehouse as warehouse_module
             patch.setattr(warehouse_module, "_refresh", full_disk)
@@ -585,7 +597,8 @@ def test_an_erasure_that_cannot_write_a_file_stops_and_is_finished_by_running_it
         assert body["error"] == "erasure_stopped"
         message = body["message"]
         assert named in message
-        assert "No space left on device" in message
+        assert ("aof_last_bgrewrite_status: err" if "Redis" in written
+                else "No space left on device") in message
         assert "erase the player again" in message
         assert "backup" not in message
         assert ErasureLedger.load(lake).erased(VICTIM) is refused
@@ -596,7 +609,8 @@ def test_an_erasure_that_cannot_write_a_file_stops_and_is_finished_by_running_it
         _as_the_cli(patch, settings)
         assert main(["erase", VICTIM, "--yes"]) == 1
         printed = capsys.readouterr()
-        assert "could not be written (No space left on device)" in printed.err
+        assert "could not be written (" in printed.err
+        assert named in printed.err
         assert "backup" not in printed.err
         assert "Traceback" not in printed.err
     assert erasure_module.atomic_write_parquet is real
