@@ -376,7 +376,7 @@ def _timed(function: Callable[..., Any], label: str, timeline: Timeline) -> Call
 
 
 #: Calls run_batch makes by module global name, timed when instrumenting.
-_BATCH_CALLS = ("landed_files", "_event_date_range", "calendar_table", "banned_players",
+_BATCH_CALLS = ("landed_files", "event_date_range", "calendar_table", "banned_players",
                 "_write_rollups", "_scope_points", "seal", "write_version", "swap_current")
 _WRITER_CALLS = ("write_stream", "write_empty", "write_histograms", "close")
 _ENGINE_CALLS = ("rollup_events", "merge_rollups", "standings", "finish")

@@ -180,7 +180,7 @@ LEAST_AT_CI_SIZE: dict[str, tuple[int, tuple[str, ...]]] = {
     "redeliver_across_days": (10, ("redeliver", "nights-pass")),
     "ingest_ahead_within_the_skew": (20, ("far-future",)),
     "event_after_the_nights_calendar": (3, ("far-future", "nights-pass")),
-    "erase_after_a_killed_batch_with_a_torn_file": (3, ("erase-after-kill", "erase")),
+    "erase_after_a_killed_batch_with_a_torn_file": (1, ("erase-after-kill", "erase")),
     "void_of_absorbed_before_retention": (8, ("void-before-retention", "void", "nights-pass")),
     "rebind_board": (2, ("rebind", "nights-pass")),
     "rebind_region": (2, ("rebind", "nights-pass")),
