@@ -769,3 +769,65 @@ def test_a_void_between_midnight_and_that_nights_retention_stays_removed(
     assert [r["score"] for r in rows if r["player_id"] == "p000"] == [4]
     assert_served_exactly(lake, twin / "lake", registry, redis_client,
                           now="2026-11-29T01:00:00")
+
+
+def test_a_direct_score_void_between_a_nights_batch_and_its_retention_stays_removed(
+        world, redis_client, tmp_path):
+    """Scores submitted to a direct board (`coins`) under one match id over several days,
+    absorbed by the live version; after a night's batch and before its retention, a void
+    of the whole match: the live layer removes them at once. Retention must not move the
+    safe line onto or past their dates while no batch has the void, so the next batch and
+    the live boards keep them removed, as the batch of everything with the void gives."""
+    import shutil
+
+    lake, registry, speed, settings = world
+
+    def submit(rows: list[dict]) -> None:
+        with LandingWriter(lake, "d") as landing:
+            ingestor = Ingestor(registry, landing, speed)
+            for at, table in batches(rows):
+                ingestor.ingest(table, now=at, source="t", board=registry.board("coins"))
+
+    ingest(speed, lake, registry, [_row("m-a", "ann", 3, "2026-11-20T11:00:00"),
+                                   _row("m-c", "ann", 2, "2026-11-22T11:00:00")])
+    submit([_row("m0", "bob", 15, "2026-11-24T10:00:00"),
+            _row("m0", "ann", 12, "2026-11-24T11:00:00"),
+            _row("m-ok", "ann", 4, "2026-11-24T12:00:00"),
+            _row("m0", "eve", 0, "2026-11-25T09:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
+    twin = tmp_path / "twin"
+    shutil.copytree(lake, twin / "lake")
+
+    def live() -> SpeedWatermark:
+        pointer = speed.current()
+        return SpeedWatermark(present=True, watermark=pointer.watermark,
+                              version=pointer.version)
+
+    def coins(now: str, player: str) -> int | None:
+        served = Leaderboards(lake, registry, redis_client, now=lambda: day(now))
+        found = served.player("coins", player, "all-time")
+        return None if found.get("score") is None else int(found["score"])
+
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live(),
+                           registry=registry).deleted == ["2026-11-20"]
+    assert (coins("2026-11-27T00:10:00", "ann"), coins("2026-11-27T00:10:00", "bob")) == (
+        16, 15)
+    # The night of 11-26: the batch, then a whole-match void of m0, then retention.
+    speed.rebase(run_batch(settings, date(2026, 11, 26)).manifest)
+    at = day("2026-11-27T00:30:00")
+    write_void(twin / "lake", "m0", None, at, "exploit")
+    speed.void("m0", None, at, "exploit")
+    assert (coins("2026-11-27T00:40:00", "ann"), coins("2026-11-27T00:40:00", "bob")) == (
+        4, None)
+    waited = apply_retention(lake, date(2026, 11, 26), 3, speed=live(), registry=registry)
+    assert "void" in waited.kept.get("2026-11-22", ""), waited.as_dict()
+    speed.rebase(run_batch(settings, date(2026, 11, 27)).manifest)
+    assert (coins("2026-11-28T01:00:00", "ann"), coins("2026-11-28T01:00:00", "bob")) == (
+        4, None)
+    assert "2026-11-22" in apply_retention(lake, date(2026, 11, 27), 3, speed=live(),
+                                           registry=registry).deleted
+    speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)
+    assert (coins("2026-11-29T01:00:00", "ann"), coins("2026-11-29T01:00:00", "bob")) == (
+        4, None)
+    assert_served_exactly(lake, twin / "lake", registry, redis_client,
+                          now="2026-11-29T01:00:00")
