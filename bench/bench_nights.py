@@ -233,7 +233,7 @@ def _night(settings: Settings, day: date, *, full: bool = False,
         task("publish", lambda: publish_version(lake, version))
         task("compact", lambda: compact_partition(lake, day, speed=quiet))
         task("retention", lambda: apply_retention(lake, day, settings.registry.retention_days,
-                                                  speed=quiet))
+                                                  speed=quiet, registry=settings.registry))
         task("sweep", lambda: sweep_dead_runs(lake))
         task("warehouse", lambda: refresh_warehouse(settings.data_dir, settings.registry))
     manifest = read_version(lake, result.manifest.version)

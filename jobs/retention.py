@@ -49,7 +49,7 @@ from leaderboard.lake import (
     stamp_range,
 )
 from leaderboard.manifest import Manifest, read_current
-from leaderboard.registry import Registry, load_registry
+from leaderboard.registry import Registry
 from leaderboard.retained import RETENTION_LEDGER, deleted_through, line_after
 from leaderboard.settings import Settings
 from leaderboard.timeutil import format_instant
@@ -259,16 +259,16 @@ def _line_blocker(day: date, late: _LateResult | None, through: date | None,
 
 
 def apply_retention(lake: Path, as_of: date, retention_days: int, *, speed: SpeedWatermark,
-                    registry: Registry | None = None, dry_run: bool = False,
+                    registry: Registry, dry_run: bool = False,
                     say: Say | None = None) -> RetentionReport:
     """Delete the expired raw-event partitions nothing needs any more; safe to rerun.
-    `registry`: the data dir's (its `future_skew` draws the safe line; None: the shipped
-    default). Not while an erasure rewrites the lake's files (`erasure_barrier`: it
-    waits). A dry run makes no barrier file (it writes nothing, and may run on a
-    read-only backup)."""
+    `registry`: the data dir's, required (its `future_skew` draws the safe line; a default
+    registry would draw the wrong one). Not while an erasure rewrites the lake's files
+    (`erasure_barrier`: it waits). A dry run makes no barrier file (it writes nothing, and
+    may run on a read-only backup)."""
     with erasure_barrier(lake, exclusive=False, create=not dry_run):
         return _apply_retention(lake, as_of, retention_days, speed=speed,
-                                registry=registry or load_registry(), dry_run=dry_run,
+                                registry=registry, dry_run=dry_run,
                                 say=say)
 
 

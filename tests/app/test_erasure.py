@@ -981,7 +981,8 @@ def test_retention_during_an_erasure_waits_for_it(tmp_path, monkeypatch):
         run_batch(settings, START.date() + timedelta(days=night))
     as_of = START.date() + timedelta(days=2)
     other = _Meanwhile(monkeypatch, lambda: apply_retention(
-        settings.lake_dir, as_of, 1, speed=SpeedWatermark(present=False)))
+        settings.lake_dir, as_of, 1, speed=SpeedWatermark(present=False),
+        registry=settings.registry))
     other.before_writes_of(monkeypatch, erasure_module)
     erase_player(settings, None, VICTIM, settle=0.0)
     other.join()

@@ -678,7 +678,7 @@ def test_a_rebind_after_retention_keeps_unchanged_boards_and_builds_new_ones(tmp
         run_batch(settings_for(data, str(config)), as_of)
     shutil.copytree(data, twin)
     report = apply_retention(data / "lake", date(2026, 12, 1), 2,
-                             speed=SpeedWatermark(present=False))
+                             speed=SpeedWatermark(present=False), registry=registry)
     assert report.deleted, "retention deleted raw partitions"
     before = read_current(data / "lake").standings(data / "lake").to_pylist()
     boards = [dict(b, max_points=90) if b.get("name") == "best" else b for b in raw["boards"]]

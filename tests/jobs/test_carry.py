@@ -151,7 +151,8 @@ def test_carried_nights_equal_full_recomputes(tmp_path_factory, plans):
         for key, table in want.items():
             assert got[key].equals(table), f"night {day}: {key} differs from a full recompute"
         compact_partition(nightly / "lake", day, speed=QUIET)
-        apply_retention(nightly / "lake", day, registry.retention_days, speed=QUIET)
+        apply_retention(nightly / "lake", day, registry.retention_days, speed=QUIET,
+                        registry=registry)
     assert carried_windows > 0  # the nights did carry windows forward
     shutil.rmtree(root)
 

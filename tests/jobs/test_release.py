@@ -94,7 +94,7 @@ def test_a_full_recompute_after_retention_is_refused(data):
     for offset in range(4):
         run_batch(settings_for(data), D + timedelta(days=offset))
     report = apply_retention(lake, D + timedelta(days=3), 1,
-                             speed=SpeedWatermark(present=False))
+                             speed=SpeedWatermark(present=False), registry=load_registry())
     assert report.deleted
     incremental = run_batch(settings_for(data), D + timedelta(days=4), publish=False)
     validate_version(lake, incremental.manifest.version, registry=load_registry())

@@ -101,13 +101,21 @@ def test_stale_speed_tags_are_every_version_but_the_live_one():
     assert stale_speed_tags(keys, "20261122dddddd") == {"20261120aaaaaa", "20261121bbbbbb"}
 
 
+def test_retention_requires_the_data_dirs_registry(tmp_path):
+    """The registry draws the safe line (its future_skew): a call without it is refused
+    before anything is read or deleted, rather than drawing the line of another registry."""
+    with pytest.raises(TypeError, match="registry"):
+        apply_retention(tmp_path / "lake", D, 2, speed=NO_SPEED)  # type: ignore[call-arg]
+    assert not (tmp_path / "lake").exists()
+
+
 # -- on a lake ------------------------------------------------------------------------------
 
 def test_old_absorbed_partitions_go_and_later_nights_publish_the_same(world):
     data, control = world
     lake = data / "lake"
     as_of = D + timedelta(days=5)
-    report = apply_retention(lake, as_of, 2, speed=NO_SPEED)
+    report = apply_retention(lake, as_of, 2, speed=NO_SPEED, registry=load_registry())
     cutoff = as_of - timedelta(days=2)
     assert report.cutoff == cutoff
     assert [date.fromisoformat(d) for d in report.deleted] == [
@@ -119,7 +127,7 @@ def test_old_absorbed_partitions_go_and_later_nights_publish_the_same(world):
     assert published_standings(lake) == published_standings(control / "lake")
     assert len(list_versions(lake)) == len(list_versions(control / "lake"))
     # rerunning is a no-op; later incremental nights equal the untouched lake's
-    assert apply_retention(lake, as_of, 2, speed=NO_SPEED).deleted == []
+    assert apply_retention(lake, as_of, 2, speed=NO_SPEED, registry=load_registry()).deleted == []
     for later in (as_of + timedelta(days=1), as_of + timedelta(days=3)):
         ours, theirs = run_batch(settings_for(data), later), run_batch(settings_for(control),
                                                                       later)
@@ -138,7 +146,7 @@ def test_a_full_recompute_to_publish_after_retention_is_refused_before_any_work(
     data, control = world
     lake = data / "lake"
     as_of = D + timedelta(days=5)
-    apply_retention(lake, as_of, 2, speed=NO_SPEED)
+    apply_retention(lake, as_of, 2, speed=NO_SPEED, registry=load_registry())
     live = read_current(lake)
     with pytest.raises(FullAfterRetention, match="without --full"):
         run_batch(settings_for(data), as_of + timedelta(days=1), full=True)
@@ -154,7 +162,8 @@ def test_a_compacted_partition_goes_like_any_other(world):
     lake = data / "lake"
     compact_partition(lake, D, speed=NO_SPEED)
     assert any(f.writer == "compact" and f.ingest_date == D for f in landed_files(lake))
-    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED)
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED,
+                             registry=load_registry())
     assert D.isoformat() in report.deleted
     assert not (lake / "events" / f"ingest_date={D}").exists()
 
@@ -171,13 +180,15 @@ def test_partitions_something_still_needs_stay(world):
     assert backfill.ingest_date == D
     # the speed layer on an older version keeps what it may still fold
     behind = SpeedWatermark(present=True, watermark=watermark_for(D + timedelta(days=1)))
-    report = apply_retention(lake, D + timedelta(days=5), 2, speed=behind, dry_run=True)
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=behind, dry_run=True,
+                             registry=load_registry())
     # (it folds rows from D+2 00:00 on: partition D+1 is done with, D+2 is not)
     assert str(D + timedelta(days=2)) in report.kept
     assert str(D + timedelta(days=1)) in report.deleted
     assert apply_retention(lake, D + timedelta(days=5), 2,
-                           speed=SpeedWatermark(present=True)).skipped
-    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED)
+                           speed=SpeedWatermark(present=True), registry=load_registry()).skipped
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED,
+                             registry=load_registry())
     assert str(D) in report.kept
     assert str(D) not in report.deleted
     assert backfill.path.exists()
@@ -188,7 +199,8 @@ def test_nothing_goes_before_a_version_is_published(tmp_path):
     lake = tmp_path / "lake"
     land(lake, load_registry(), random_stream(3, start=START, days=2, matches=20))
     before = landed_files(lake)
-    report = apply_retention(lake, D + timedelta(days=30), 1, speed=NO_SPEED)
+    report = apply_retention(lake, D + timedelta(days=30), 1, speed=NO_SPEED,
+                             registry=load_registry())
     assert report.skipped
     assert landed_files(lake) == before
     assert not (lake / LEDGER).exists()
@@ -197,7 +209,8 @@ def test_nothing_goes_before_a_version_is_published(tmp_path):
 def test_dry_run_deletes_nothing(world):
     lake = world[0] / "lake"
     before = landed_files(lake)
-    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED, dry_run=True)
+    report = apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED, dry_run=True,
+                             registry=load_registry())
     assert report.deleted
     assert landed_files(lake) == before
     assert deleted_through(lake) is None
@@ -205,8 +218,8 @@ def test_dry_run_deletes_nothing(world):
 
 def test_the_ledger_accumulates(world):
     lake = world[0] / "lake"
-    apply_retention(lake, D + timedelta(days=3), 2, speed=NO_SPEED)
-    apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED)
+    apply_retention(lake, D + timedelta(days=3), 2, speed=NO_SPEED, registry=load_registry())
+    apply_retention(lake, D + timedelta(days=5), 2, speed=NO_SPEED, registry=load_registry())
     ledger = json.loads((lake / LEDGER).read_text())
     assert ledger["deleted_through"] == str(D + timedelta(days=2))
     assert ledger["partitions"] == sorted(ledger["partitions"])
@@ -247,7 +260,7 @@ def test_retention_lists_only_the_expired_partitions(world, partitions_listed):
     as_of = D + timedelta(days=5)
     expired = {d.isoformat() for d in partitions(lake) if d < as_of - timedelta(days=3)}
     partitions_listed.clear()
-    report = apply_retention(lake, as_of, 3, speed=NO_SPEED)
+    report = apply_retention(lake, as_of, 3, speed=NO_SPEED, registry=load_registry())
     assert set(report.deleted) == expired
     assert partitions_listed == expired
     assert not (lake / "events" / f"ingest_date={D}").exists()

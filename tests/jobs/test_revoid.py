@@ -50,7 +50,8 @@ def world(tmp_path):
         run_batch(settings_for(data), D + timedelta(days=night))
     control = tmp_path / "control"
     shutil.copytree(data, control)
-    report = apply_retention(data / "lake", D + timedelta(days=5), 3, speed=NO_SPEED)
+    report = apply_retention(data / "lake", D + timedelta(days=5), 3, speed=NO_SPEED,
+                             registry=load_registry())
     assert report.deleted
     return data, control, events
 

@@ -423,7 +423,7 @@ def test_a_refresh_reads_only_the_new_versions_and_builds_the_same_warehouse(
 
     landed = events()
     report = apply_retention(data / "lake", date(2026, 11, 29), 1,
-                             speed=SpeedWatermark(present=False))
+                             speed=SpeedWatermark(present=False), registry=load_registry())
     assert report.deleted, report
     refresh_warehouse(data, registry)
     assert 0 < events() < landed

@@ -315,7 +315,7 @@ def test_a_void_applied_before_the_first_retention_stays_applied(world, redis_cl
     assert dee() == "unranked"
     pointer = speed.current()
     live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
-    waited = apply_retention(lake, date(2026, 11, 28), 1, speed=live)
+    waited = apply_retention(lake, date(2026, 11, 28), 1, speed=live, registry=registry)
     assert waited.deleted == []
     assert waited.skipped is not None
     assert "void" in waited.skipped
@@ -323,7 +323,8 @@ def test_a_void_applied_before_the_first_retention_stays_applied(world, redis_cl
     assert dee() == "unranked"
     pointer = speed.current()
     live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
-    assert apply_retention(lake, date(2026, 11, 28), 1, speed=live).deleted == ["2026-11-26"]
+    assert apply_retention(lake, date(2026, 11, 28), 1, speed=live,
+                           registry=registry).deleted == ["2026-11-26"]
     speed.rebase(run_batch(settings, date(2026, 11, 29)).manifest)
     assert dee() == "unranked"
     redis_client.flushall()
@@ -474,7 +475,7 @@ def retained(tmp_path, redis_client):
     pointer = speed.current()
     assert pointer.watermark == LIVE
     live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
-    report = apply_retention(data / "lake", date(2026, 11, 25), 3, speed=live)
+    report = apply_retention(data / "lake", date(2026, 11, 25), 3, speed=live, registry=registry)
     assert report.deleted == ["2026-11-20", "2026-11-21"]
     later = [e for e in events if e["ingested_at"] >= LIVE]
     land(data / "lake", registry, later, writer="x", speed=speed)
@@ -598,7 +599,8 @@ def test_after_retention_a_void_on_a_date_whose_raw_events_do_not_add_up_stays_o
     assert score() == 15
     pointer = speed.current()
     live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
-    assert "2026-11-20" in apply_retention(lake, date(2026, 11, 25), 3, speed=live).deleted
+    assert "2026-11-20" in apply_retention(lake, date(2026, 11, 25), 3, speed=live,
+                                           registry=registry).deleted
     applied = speed.void_applied("m-bad", "p000", day("2026-11-26T01:00:00"), "exploit")
     assert applied.players == []  # nothing of p000 changes
     assert applied.limit is not None
@@ -635,12 +637,13 @@ def test_retention_waits_for_the_live_version_before_deleting_raw_events_a_void_
         return SpeedWatermark(present=True, watermark=pointer.watermark,
                               version=pointer.version)
 
-    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live()).deleted == [
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live(),
+                           registry=registry).deleted == [
         "2026-11-20"]
     speed.void_applied("m-bad", "p000", day("2026-11-26T01:00:00"), "exploit")
     assert score() == 5
     published = run_batch(settings, date(2026, 11, 26)).manifest  # no rebase yet
-    waited = apply_retention(lake, date(2026, 11, 28), 3, speed=live())
+    waited = apply_retention(lake, date(2026, 11, 28), 3, speed=live(), registry=registry)
     assert waited.deleted == []
     assert waited.skipped is not None
     assert "rebase" in waited.skipped
@@ -648,7 +651,8 @@ def test_retention_waits_for_the_live_version_before_deleting_raw_events_a_void_
     speed.unban("p000", day("2026-11-26T03:00:00"))
     assert score() == 5
     speed.rebase(published)
-    assert "2026-11-24" in apply_retention(lake, date(2026, 11, 28), 3, speed=live()).deleted
+    assert "2026-11-24" in apply_retention(lake, date(2026, 11, 28), 3, speed=live(),
+                                           registry=registry).deleted
     speed.ban("p000", day("2026-11-26T04:00:00"))
     speed.unban("p000", day("2026-11-26T05:00:00"))
     assert score() == 5
@@ -668,7 +672,7 @@ def test_after_retention_a_whole_match_void_says_results_in_deleted_partitions_m
     speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
     pointer = speed.current()
     live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
-    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live).deleted == [
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live, registry=registry).deleted == [
         "2026-11-21"]
     limit = speed.void_applied("m-x", None, day("2026-11-26T01:00:00"), "exploit").limit
     assert limit is not None
@@ -692,7 +696,7 @@ def test_after_retention_a_whole_match_void_with_its_late_half_live_says_results
     speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
     pointer = speed.current()
     live = SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
-    report = apply_retention(lake, date(2026, 11, 25), 3, speed=live)
+    report = apply_retention(lake, date(2026, 11, 25), 3, speed=live, registry=registry)
     assert report.deleted == ["2026-11-21"], (report.kept, report.skipped)
     ingest(speed, lake, registry, [dict(_row("m-z", "bob", 6, "2026-11-22T00:10:00"),
                                         ingested_at=day("2026-11-26T01:00:00"))])
