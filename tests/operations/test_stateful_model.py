@@ -78,13 +78,7 @@ pytestmark = pytest.mark.redis
 
 #: Rules (and checks) that expose a defect not yet fixed on main, by the issue item that
 #: fixes it. A switch in this set keeps its rule from running; remove it when the fix lands.
-KNOWN_DEFECTS: set[str] = {
-    # a whole-match void of direct-board scores the live version absorbed, made after the
-    # night's batch: after retention and the next batch the scores are back (found by
-    # void_between_midnight_and_retention; shrunk: submit_scores x4 under m0, nights_pass
-    # x3, then the void of m0)
-    "void-direct-around-retention",
-}
+KNOWN_DEFECTS: set[str] = set()
 #: STATEFUL_TRY_DEFECTS=name,name (or `all`) runs those rules anyway: how a fix is checked
 #: before its switch is removed, and how the minimal failing examples are found.
 _TRY = os.environ.get("STATEFUL_TRY_DEFECTS", "")
@@ -707,9 +701,12 @@ class OperationsMachine(RuleBasedStateMachine):
         self._erase(data.draw(st.sampled_from(sorted({e.player_id for e in self.model.landed}))),
                     writer)
 
-    def _absorbed_voidable(self) -> list[Event]:
+    def _absorbed_voidable(self, whole: bool = False) -> list[Event]:
+        """Results the live version absorbed that a void (of the whole match with `whole`)
+        may name: a match some of whose results are stuck behind the safe line is left out
+        for a whole void too (direct scores under one match id span days)."""
         watermark = self.model.watermark
-        return [e for e in self._voidable(False) if e.rows == 1 and watermark is not None
+        return [e for e in self._voidable(whole) if e.rows == 1 and watermark is not None
                 and e.ingested_at < watermark]
 
     @precondition(lambda self: "void-before-retention" not in KNOWN_DEFECTS and self._turn(5, 2)
@@ -731,10 +728,7 @@ class OperationsMachine(RuleBasedStateMachine):
             if step == "batch":
                 self._nightly_batch()
                 continue
-            direct = {e.match_id for e in self.model.landed if e.board is not None}
-            absorbed = [e for e in self._absorbed_voidable()
-                        if "void-direct-around-retention" not in KNOWN_DEFECTS
-                        or (e.board is None and not (whole and e.match_id in direct))]
+            absorbed = self._absorbed_voidable(whole)
             if absorbed:
                 STATS["void_of_absorbed_before_retention"] += 1
                 if (self.lake / "retention.json").exists():
