@@ -78,6 +78,12 @@ class VoidLimit:
     #: dates at or before the line, whether they stay or not): results whose raw rows
     #: retention deleted are unlisted; `kept` may then be empty
     partial: bool = False
+    #: the newest ingest partition retention deleted (`leaderboard.retained.deleted_through`)
+    deleted_through: date | None = None
+    #: a whole match of a direct board (its scores under one match id span days) none of
+    #: whose rows seen is at or before the line: results of it ingested on or before
+    #: `deleted_through` may have had their raw rows deleted, unseen here (`partial` too)
+    spans: bool = False
 
     def message(self) -> str:
         """The plain sentence an operator reads (CLI, HTTP)."""
@@ -87,6 +93,13 @@ class VoidLimit:
                     "events: its results still count on every board and window they fell in, "
                     "and neither the live boards nor any later batch can remove them. If it "
                     "has not landed yet, its events will not count when they land.")
+        if not self.kept and self.spans and self.deleted_through is not None:
+            return (f"Every result of {self.void.describe()} still in the lake is removed. "
+                    f"Retention deleted the raw events ingested on or before "
+                    f"{self.deleted_through.isoformat()}, and this match's scores (a direct "
+                    "board's) may span days: results of it ingested then cannot be listed, "
+                    "and they may still count on every board and window they fell in "
+                    "(neither the live boards nor any later batch can remove them).")
         if not self.kept:  # partial: every result seen is removed
             return (f"Every result of {self.void.describe()} still in the lake is removed. "
                     f"Retention deleted raw events of event dates on or before "
@@ -112,6 +125,8 @@ class VoidLimit:
     def as_dict(self) -> dict[str, object]:
         return {"line": self.line.isoformat(), "unseen": self.unseen,
                 "refused": [d.isoformat() for d in self.refused], "partial": self.partial,
+                "deleted_through": (None if self.deleted_through is None
+                                    else self.deleted_through.isoformat()),
                 "results": [{"player_id": p, "event_date": d.isoformat()}
                             for p, d in self.kept],
                 "message": self.message()}

@@ -35,7 +35,7 @@ from leaderboard.lake import (
 from leaderboard.manifest import Manifest, read_current, read_version
 from leaderboard.profiles import PROFILES_KEY
 from leaderboard.registry import Registry
-from leaderboard.retained import Tally, kept_after, redoable
+from leaderboard.retained import Tally, deleted_through, kept_after, redoable
 from leaderboard.speed_keys import (
     BANNED,
     BANS_GENERATION,
@@ -984,14 +984,21 @@ class SpeedLayer:
         if line is None:
             return None
         if rows is None:
-            return VoidLimit(void, line, (), unseen=True)
+            return VoidLimit(void, line, (), unseen=True,
+                             deleted_through=deleted_through(self.lake))
         # A whole match with a result on or before the line, absorbed or live: others of it
         # may have had their raw rows in deleted partitions, unseen here. (Read from every
         # row seen, not only the results that stay: a match spanning midnight whose result
         # after it came late, past the watermark, is removed in full as far as the lake
         # shows, and the answer said nothing of the half retention deleted.)
+        # A direct board's scores under one match id may span days: one seen only after the
+        # line may have had results in deleted partitions too.
+        spans = (void.player_id is None and "board" in rows.column_names
+                 and rows.column("board").null_count < rows.num_rows)
         partial = void.player_id is None and any(
             d <= line for d in _event_dates(rows).to_pylist())
+        spans = spans and not partial
+        partial = partial or spans
         if version.watermark is not None:
             rows = rows.filter(pc.less(rows.column("ingested_at"), pa.scalar(
                 version.watermark, rows.schema.field("ingested_at").type)))
@@ -1002,7 +1009,8 @@ class SpeedLayer:
                    if later and version.version is not None else set())
         kept = sorted((p, d) for p, d in named if d <= line or d in refused)
         return VoidLimit(void, line, tuple(kept), unseen=False, refused=tuple(sorted(refused)),
-                         partial=partial) if kept or partial else None
+                         partial=partial, deleted_through=deleted_through(self.lake),
+                         spans=spans) if kept or partial else None
 
     def _apply_void(self, version: SpeedVersion, void: Void,
                     rows: pa.Table | None = None) -> list[str]:

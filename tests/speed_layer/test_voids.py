@@ -7,6 +7,7 @@ both tie policies.
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import redis
 from lakes import EXOTIC, batches, day, random_stream, registry_from, write_registry
 from oracle import absorbed_events, reference_standings
 
+from app.cli import main
 from jobs.batch import run_batch
 from jobs.compact import SpeedWatermark
 from jobs.retention import apply_retention
@@ -284,6 +286,14 @@ def test_a_void_keeps_a_direct_score_sharing_a_match_id_with_the_players_event(w
     assert served.player("global", "dee", "all-time")["score"] == 5
     assert served.player("coins", "dee", "all-time")["score"] == 4
     assert_served_as_reference(lake, registry, redis_client)
+
+
+def submit_coins(speed: SpeedLayer, lake: Path, registry, rows: list[dict]) -> None:
+    """Submit `rows` as scores to the direct board `coins`, each landed at its own time."""
+    with LandingWriter(lake, "d") as landing:
+        ingestor = Ingestor(registry, landing, speed)
+        for at, table in batches(rows):
+            ingestor.ingest(table, now=at, source="t", board=registry.board("coins"))
 
 
 def _row(match: str, player: str, points: int, at: str) -> dict:
@@ -787,10 +797,7 @@ def test_a_direct_score_void_between_a_nights_batch_and_its_retention_stays_remo
     lake, registry, speed, settings = world
 
     def submit(rows: list[dict]) -> None:
-        with LandingWriter(lake, "d") as landing:
-            ingestor = Ingestor(registry, landing, speed)
-            for at, table in batches(rows):
-                ingestor.ingest(table, now=at, source="t", board=registry.board("coins"))
+        submit_coins(speed, lake, registry, rows)
 
     ingest(speed, lake, registry, [_row("m-a", "ann", 3, "2026-11-20T11:00:00"),
                                    _row("m-c", "ann", 2, "2026-11-22T11:00:00")])
@@ -835,3 +842,47 @@ def test_a_direct_score_void_between_a_nights_batch_and_its_retention_stays_remo
         4, None)
     assert_served_exactly(lake, twin / "lake", registry, redis_client,
                           now="2026-11-29T01:00:00")
+
+
+def test_a_direct_match_void_after_retention_says_its_deleted_results_may_still_count(
+        world, redis_client, redis_server, monkeypatch, capsys):
+    """A direct board's scores under one match id over several days; retention deletes the
+    partition of the first one. A void of the whole match sees only the later score: its
+    answer (HTTP and CLI) must not claim every result is removed. It says the match is
+    partial and that results ingested on or before the deleted partition may still count,
+    which they do (bob's first score stays on the live board)."""
+    lake, registry, speed, settings = world
+
+    def submit(rows: list[dict]) -> None:
+        submit_coins(speed, lake, registry, rows)
+
+    ingest(speed, lake, registry, [_row("m-a", "ann", 3, "2026-11-20T11:00:00")])
+    submit([_row("m0", "bob", 15, "2026-11-20T10:00:00"),
+            _row("m0", "eve", 7, "2026-11-25T09:00:00")])
+    speed.rebase(run_batch(settings, date(2026, 11, 25)).manifest)
+    pointer = speed.current()
+    assert apply_retention(lake, date(2026, 11, 25), 3, registry=registry,
+                           speed=SpeedWatermark(present=True, watermark=pointer.watermark,
+                                                version=pointer.version)
+                           ).deleted == ["2026-11-20"]
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    monkeypatch.setenv("LEADERBOARD_DATA", str(settings.lake_dir.parent))
+    monkeypatch.setenv("LEADERBOARD_CONFIG", str(settings.config))
+    monkeypatch.setenv("LEADERBOARD_NOW", "2026-11-26T00:30:00Z")
+    capsys.readouterr()
+    assert main(["void", "m0", "--reason", "exploit"]) == 0
+    sentence = capsys.readouterr().out
+    assert "may still count" in sentence
+    assert "2026-11-20" in sentence
+    assert main(["void", "m0", "--reason", "exploit", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["not_removed"]
+    assert said is not None, "the answer claims every result of m0 was removed"
+    assert said["partial"] is True
+    assert said["results"] == []
+    assert not said["unseen"]
+    assert said["deleted_through"] == "2026-11-20"
+    assert "2026-11-20" in said["message"]
+    assert "may still count" in said["message"]
+    served = Leaderboards(lake, registry, redis_client, now=lambda: day("2026-11-26T00:40:00"))
+    assert served.player("coins", "bob", "all-time").get("score") == 15
+    assert served.player("coins", "eve", "all-time").get("score") is None

@@ -145,7 +145,11 @@ def void(service: AdminDep, action: VoidDep) -> dict[str, Any]:
     that has not landed yet). `not_removed` (null when nothing is left): after retention,
     the results on event dates whose raw events it deleted, which neither the live boards
     nor any batch can remove (`results`, `line`, a `message` to show), or `unseen` when no
-    raw event of the void is left in the lake at all. A void already recorded for the same
+    raw event of the void is left in the lake at all; `partial: true` for a whole match
+    whose results in deleted partitions cannot be listed and may still count (a match with
+    a result on or before the line, or a direct board's match, whose scores span days),
+    and `deleted_through`: the newest ingest date whose raw events retention deleted.
+    A void already recorded for the same
     result or its whole match answers `status: already_voided` with that void as `earlier`:
     nothing new is recorded, and `players` is empty unless the earlier void's application
     had not finished (a Redis failure part-way), which this request finished."""
