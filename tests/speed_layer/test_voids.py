@@ -33,6 +33,12 @@ pytestmark = pytest.mark.redis
 START = day("2026-11-28")
 
 
+def _live(speed) -> SpeedWatermark:
+    """The live version's watermark, as retention reads it from the speed layer."""
+    pointer = speed.current()
+    return SpeedWatermark(present=True, watermark=pointer.watermark, version=pointer.version)
+
+
 @pytest.fixture
 def world(tmp_path, redis_client):
     config = tmp_path / "exotic.toml"
@@ -642,18 +648,13 @@ def test_retention_waits_for_the_live_version_before_deleting_raw_events_a_void_
     def score() -> int:
         return all_time_score(lake, registry, redis_client, "2026-11-28T12:00:00")
 
-    def live() -> SpeedWatermark:
-        pointer = speed.current()
-        return SpeedWatermark(present=True, watermark=pointer.watermark,
-                              version=pointer.version)
-
-    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live(),
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=_live(speed),
                            registry=registry).deleted == [
         "2026-11-20"]
     speed.void_applied("m-bad", "p000", day("2026-11-26T01:00:00"), "exploit")
     assert score() == 5
     published = run_batch(settings, date(2026, 11, 26)).manifest  # no rebase yet
-    waited = apply_retention(lake, date(2026, 11, 28), 3, speed=live(), registry=registry)
+    waited = apply_retention(lake, date(2026, 11, 28), 3, speed=_live(speed), registry=registry)
     assert waited.deleted == []
     assert waited.skipped is not None
     assert "rebase" in waited.skipped
@@ -661,7 +662,7 @@ def test_retention_waits_for_the_live_version_before_deleting_raw_events_a_void_
     speed.unban("p000", day("2026-11-26T03:00:00"))
     assert score() == 5
     speed.rebase(published)
-    assert "2026-11-24" in apply_retention(lake, date(2026, 11, 28), 3, speed=live(),
+    assert "2026-11-24" in apply_retention(lake, date(2026, 11, 28), 3, speed=_live(speed),
                                            registry=registry).deleted
     speed.ban("p000", day("2026-11-26T04:00:00"))
     speed.unban("p000", day("2026-11-26T05:00:00"))
@@ -747,15 +748,10 @@ def test_a_void_between_midnight_and_that_nights_retention_stays_removed(
     twin = tmp_path / "twin"
     shutil.copytree(lake, twin / "lake")
 
-    def live() -> SpeedWatermark:
-        pointer = speed.current()
-        return SpeedWatermark(present=True, watermark=pointer.watermark,
-                              version=pointer.version)
-
     def score(now: str) -> int:
         return all_time_score(lake, registry, redis_client, now)
 
-    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live(),
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=_live(speed),
                            registry=registry).deleted == ["2026-11-20"]
     assert score("2026-11-27T00:10:00") == 54
     at = day("2026-11-27T00:30:00")  # after midnight, before the night of 11-26 runs
@@ -766,13 +762,13 @@ def test_a_void_between_midnight_and_that_nights_retention_stays_removed(
     # The night of 11-26: batch (the void is after its watermark), rebase, retention.
     speed.rebase(run_batch(settings, date(2026, 11, 26)).manifest)
     assert score("2026-11-27T01:00:00") == 4
-    waited = apply_retention(lake, date(2026, 11, 26), 3, speed=live(), registry=registry)
+    waited = apply_retention(lake, date(2026, 11, 26), 3, speed=_live(speed), registry=registry)
     assert "2026-11-22" in waited.kept
     assert "void" in waited.kept["2026-11-22"]
     # The next night absorbs the void; its retention deletes what the last one kept.
     speed.rebase(run_batch(settings, date(2026, 11, 27)).manifest)
     assert score("2026-11-28T01:00:00") == 4
-    assert "2026-11-22" in apply_retention(lake, date(2026, 11, 27), 3, speed=live(),
+    assert "2026-11-22" in apply_retention(lake, date(2026, 11, 27), 3, speed=_live(speed),
                                            registry=registry).deleted
     speed.ban("p000", day("2026-11-28T02:00:00"))  # a recompute of the player from the lake
     speed.unban("p000", day("2026-11-28T03:00:00"))
@@ -809,17 +805,12 @@ def test_a_direct_score_void_between_a_nights_batch_and_its_retention_stays_remo
     twin = tmp_path / "twin"
     shutil.copytree(lake, twin / "lake")
 
-    def live() -> SpeedWatermark:
-        pointer = speed.current()
-        return SpeedWatermark(present=True, watermark=pointer.watermark,
-                              version=pointer.version)
-
     def coins(now: str, player: str) -> int | None:
         served = Leaderboards(lake, registry, redis_client, now=lambda: day(now))
         found = served.player("coins", player, "all-time")
         return None if found.get("score") is None else int(found["score"])
 
-    assert apply_retention(lake, date(2026, 11, 25), 3, speed=live(),
+    assert apply_retention(lake, date(2026, 11, 25), 3, speed=_live(speed),
                            registry=registry).deleted == ["2026-11-20"]
     assert (coins("2026-11-27T00:10:00", "ann"), coins("2026-11-27T00:10:00", "bob")) == (
         16, 15)
@@ -830,12 +821,12 @@ def test_a_direct_score_void_between_a_nights_batch_and_its_retention_stays_remo
     speed.void("m0", None, at, "exploit")
     assert (coins("2026-11-27T00:40:00", "ann"), coins("2026-11-27T00:40:00", "bob")) == (
         4, None)
-    waited = apply_retention(lake, date(2026, 11, 26), 3, speed=live(), registry=registry)
+    waited = apply_retention(lake, date(2026, 11, 26), 3, speed=_live(speed), registry=registry)
     assert "void" in waited.kept.get("2026-11-22", ""), waited.as_dict()
     speed.rebase(run_batch(settings, date(2026, 11, 27)).manifest)
     assert (coins("2026-11-28T01:00:00", "ann"), coins("2026-11-28T01:00:00", "bob")) == (
         4, None)
-    assert "2026-11-22" in apply_retention(lake, date(2026, 11, 27), 3, speed=live(),
+    assert "2026-11-22" in apply_retention(lake, date(2026, 11, 27), 3, speed=_live(speed),
                                            registry=registry).deleted
     speed.rebase(run_batch(settings, date(2026, 11, 28)).manifest)
     assert (coins("2026-11-29T01:00:00", "ann"), coins("2026-11-29T01:00:00", "bob")) == (
